@@ -1,0 +1,238 @@
+"""The simulator's speculative timing model: pure functions, no I/O.
+
+One decode *round* for a batch of ``bs`` running requests costs
+
+    cycle_ms(bs) = (steps * draft_step_ms + verify_ms(draft_tokens)) * (1 + batch_cost * (bs - 1))
+
+where ``verify_ms(d) = base_step_ms + verify_extra_ms * (1 - exp(-(d - 1) / verify_tau))``: one target
+pass over ``d`` tokens. With ``d = 1`` it is plain decoding (``base_step_ms``); the cost rises steeply and
+then saturates, as with a mixture-of-experts target where more tokens activate more experts until most are
+active. Plain decoding (no ``--speculative-algorithm``) costs ``verify_ms(1)`` per round and yields one
+token.
+
+Per round each request walks the draft chain: position ``i`` is accepted with conditional probability
+``p_i * factor`` given positions ``< i`` were, and the walk stops at the first rejection. The round yields
+the accepted drafts plus the bonus token, so
+
+    E[accept length] = 1 + sum_{k=1..steps} prod_{i<=k} p_i
+
+which saturates as steps grow because the tail probabilities are small. ``factor`` is 1 for the ``seed``
+profile; the ``mixed`` profile lowers it for creative text and high temperature and raises it for code.
+A tree draft (``topk > 1``) accepts more: ``p_eff = 1 - (1 - p) ** sqrt(topk)``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+
+DOMAINS = ("code", "math", "chat", "summary", "creative")
+
+
+@dataclass(frozen=True, slots=True)
+class SpecConfig:
+    """Speculative settings, normalised the way SGLang normalises its launch flags."""
+
+    algorithm: str | None = None
+    num_steps: int = 0
+    topk: int = 1
+    num_draft_tokens: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.algorithm is not None and self.num_steps > 0
+
+    @classmethod
+    def from_flags(
+        cls, algorithm: str | None, steps: int | None, topk: int | None, draft_tokens: int | None
+    ) -> SpecConfig:
+        if algorithm is None:
+            return cls()
+        algorithm = "EAGLE" if algorithm.upper() == "NEXTN" else algorithm.upper()
+        if steps is None and topk is None and draft_tokens is None:
+            steps, topk, draft_tokens = 3, 1, 4  # SGLang 0.5.23 auto_choose_speculative_params
+        steps = 5 if steps is None else steps
+        topk = 1 if topk is None else topk
+        if steps < 1 or topk < 1:
+            raise ValueError("--speculative-num-steps and --speculative-eagle-topk must be >= 1")
+        if topk == 1 or draft_tokens is None:
+            draft_tokens = steps + 1  # SGLang forces this when topk == 1
+        if draft_tokens < 2:
+            raise ValueError("--speculative-num-draft-tokens must be >= 2")
+        return cls(algorithm, steps, topk, draft_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    description: str
+    base_step_ms: float
+    draft_step_ms: float
+    verify_extra_ms: float
+    verify_tau: float
+    accept_probs: tuple[float, ...]  # conditional, per draft position; the last repeats
+    batch_cost: float = 0.015  # fractional cycle cost per extra running request
+    prefill_base_ms: float = 6.0
+    prefill_per_token_ms: float = 0.02
+    domain_factors: dict[str, float] = field(default_factory=dict)
+    temperature_slope: float = 0.0  # factor -= slope * min(temperature, 2)
+    max_total_tokens: int = 200_000
+
+    def with_overrides(self, accept_scale: float = 1.0, cost_scale: float = 1.0) -> Profile:
+        return replace(
+            self,
+            accept_probs=tuple(min(0.99, p * accept_scale) for p in self.accept_probs),
+            base_step_ms=self.base_step_ms * cost_scale,
+            draft_step_ms=self.draft_step_ms * cost_scale,
+            verify_extra_ms=self.verify_extra_ms * cost_scale,
+        )
+
+
+PROFILES: dict[str, Profile] = {
+    # Fitted to the tuning story in shared/seed/: one stream, topk 1, plain decoding 90 tok/s.
+    "seed": Profile(
+        name="seed",
+        description="the seed's MoE target: 90 tok/s plain; 2 steps ~93, 5 ~72, 10 ~61 tok/s",
+        base_step_ms=1000.0 / 90.0,
+        draft_step_ms=0.95,
+        verify_extra_ms=14.57,
+        verify_tau=1.85,
+        accept_probs=(0.62, 0.78, 0.05),
+    ),
+    # A dense 8B target with a good EAGLE-3 draft; acceptance depends on domain and temperature.
+    "mixed": Profile(
+        name="mixed",
+        description="dense 8B target, good EAGLE-3 draft; acceptance varies by domain and temperature",
+        base_step_ms=8.0,
+        draft_step_ms=0.6,
+        verify_extra_ms=3.0,
+        verify_tau=6.0,
+        accept_probs=(0.85, 0.78, 0.72, 0.66, 0.6, 0.55, 0.5),
+        domain_factors={"code": 1.1, "math": 1.0, "summary": 1.02, "chat": 0.95, "creative": 0.8},
+        temperature_slope=0.15,
+    ),
+}
+
+
+def verify_ms(profile: Profile, draft_tokens: int) -> float:
+    extra = 1.0 - math.exp(-(draft_tokens - 1) / profile.verify_tau)
+    return profile.base_step_ms + profile.verify_extra_ms * extra
+
+
+def draft_ms(profile: Profile, spec: SpecConfig) -> float:
+    return spec.num_steps * profile.draft_step_ms if spec.enabled else 0.0
+
+
+def cycle_ms(profile: Profile, spec: SpecConfig, batch_size: int = 1) -> float:
+    width = spec.num_draft_tokens if spec.enabled else 1
+    single = draft_ms(profile, spec) + verify_ms(profile, width)
+    return single * (1.0 + profile.batch_cost * max(0, batch_size - 1))
+
+
+def prefill_ms(profile: Profile, new_tokens: int) -> float:
+    return profile.prefill_base_ms + profile.prefill_per_token_ms * new_tokens
+
+
+def acceptance_factor(profile: Profile, domain: str, temperature: float) -> float:
+    factor = profile.domain_factors.get(domain, 1.0)
+    return max(0.0, factor - profile.temperature_slope * min(max(temperature, 0.0), 2.0))
+
+
+def conditional_probs(profile: Profile, spec: SpecConfig, factor: float = 1.0) -> list[float]:
+    """Per-position conditional acceptance probabilities for this config (length = steps)."""
+    if not spec.enabled:
+        return []
+    probs = profile.accept_probs
+    out = []
+    for i in range(spec.num_steps):
+        p = min(0.99, probs[min(i, len(probs) - 1)] * factor)
+        if spec.topk > 1:
+            p = 1.0 - (1.0 - p) ** math.sqrt(spec.topk)
+        out.append(p)
+    return out
+
+
+def position_acceptance(cond: list[float]) -> list[float]:
+    """Unconditional per-position acceptance (vLLM's 'Per-position acceptance rate')."""
+    out, prod = [], 1.0
+    for p in cond:
+        prod *= p
+        out.append(prod)
+    return out
+
+
+def expected_accept_length(cond: list[float]) -> float:
+    return 1.0 + sum(position_acceptance(cond))
+
+
+def draw_accepted(rng: random.Random, cond: list[float]) -> int:
+    """Accepted drafts in one verify round (the bonus token is not counted)."""
+    n = 0
+    for p in cond:
+        if rng.random() >= p:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    profile: str
+    speculative: bool
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+    batch_size: int
+    accept_length: float
+    position_acceptance: tuple[float, ...]
+    cycle_ms: float
+    draft_ms: float
+    verify_ms: float
+    tokens_per_second: float  # decode tok/s of one stream
+    itl_ms: float  # per-token inter-token latency = cycle / accept length
+    breakeven_accept_length: float  # accept length at which speculation matches plain decoding
+
+
+def explain(
+    profile: Profile, spec: SpecConfig, batch_size: int = 1, domain: str = "chat", temperature: float = 0.0
+) -> Explanation:
+    cond = conditional_probs(profile, spec, acceptance_factor(profile, domain, temperature))
+    al = expected_accept_length(cond) if spec.enabled else 1.0
+    cyc = cycle_ms(profile, spec, batch_size)
+    scale = 1.0 + profile.batch_cost * max(0, batch_size - 1)
+    plain = cycle_ms(profile, SpecConfig(), batch_size)
+    return Explanation(
+        profile=profile.name,
+        speculative=spec.enabled,
+        num_steps=spec.num_steps,
+        topk=spec.topk,
+        num_draft_tokens=spec.num_draft_tokens if spec.enabled else 1,
+        batch_size=batch_size,
+        accept_length=al,
+        position_acceptance=tuple(position_acceptance(cond)),
+        cycle_ms=cyc,
+        draft_ms=draft_ms(profile, spec) * scale,
+        verify_ms=cyc - draft_ms(profile, spec) * scale,
+        tokens_per_second=1000.0 * al / cyc,
+        itl_ms=cyc / al,
+        breakeven_accept_length=cyc / plain,
+    )
+
+
+def format_explanation(e: Explanation) -> str:
+    mode = f"EAGLE3 steps={e.num_steps} topk={e.topk} draft_tokens={e.num_draft_tokens}" if e.speculative \
+        else "plain decoding (no speculation)"
+    lines = [
+        f"profile {e.profile}: {mode}, batch size {e.batch_size}",
+        f"  expected accept length   {e.accept_length:.3f} tokens/round",
+        f"  cycle time               {e.cycle_ms:.2f} ms (draft {e.draft_ms:.2f} ms = "
+        f"{100 * e.draft_ms / e.cycle_ms:.0f}%, verify {e.verify_ms:.2f} ms = "
+        f"{100 * e.verify_ms / e.cycle_ms:.0f}%)",
+        f"  decode tok/s per stream  {e.tokens_per_second:.2f}",
+        f"  per-token ITL            {e.itl_ms:.3f} ms",
+        f"  break-even accept length {e.breakeven_accept_length:.3f}",
+    ]
+    if e.position_acceptance:
+        lines.append("  per-position acceptance  " + ", ".join(f"{p:.3f}" for p in e.position_acceptance))
+    return "\n".join(lines)
