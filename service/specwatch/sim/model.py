@@ -99,6 +99,8 @@ PROFILES: dict[str, Profile] = {
         verify_extra_ms=14.57,
         verify_tau=1.85,
         accept_probs=(0.62, 0.78, 0.05),
+        prefill_base_ms=40.0,  # a large TP8 MoE target: tens of ms before the first token
+        prefill_per_token_ms=0.05,
     ),
     # A dense 8B target with a good EAGLE-3 draft; acceptance depends on domain and temperature.
     "mixed": Profile(
@@ -111,6 +113,7 @@ PROFILES: dict[str, Profile] = {
         accept_probs=(0.85, 0.78, 0.72, 0.66, 0.6, 0.55, 0.5),
         domain_factors={"code": 1.1, "math": 1.0, "summary": 1.02, "chat": 0.95, "creative": 0.8},
         temperature_slope=0.15,
+        prefill_base_ms=15.0,
     ),
 }
 

@@ -18,11 +18,12 @@ _WORDS = (
 
 _DOMAIN_HINTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("code", re.compile(r"```|\bdef \b|\bfunction\b|\bclass\b|\bcode\b|\bpython\b|\bsql\b|\bregex\b|"
-                        r"\bimplement\b|\brust\b|\bjavascript\b|\bbash\b", re.I)),
+                        r"\bimplement\b|\brust\b|\bjavascript\b|\bbash\b|\bgolang\b|\bhandler\b", re.I)),
     ("math", re.compile(r"\bsolve\b|\bcalculate\b|\bcompute\b|\bprove\b|\bequation\b|\bintegral\b|"
                         r"\bprobability\b|\d+\s*[-+*/^]\s*\d+", re.I)),
     ("summary", re.compile(r"\bsummar|\btl;?dr\b|\bkey points\b|\bcondense\b", re.I)),
-    ("creative", re.compile(r"\bstory\b|\bpoem\b|\bhaiku\b|\bfiction\b|\bimagine\b|\blyrics\b|\bnovel\b", re.I)),
+    ("creative", re.compile(r"\bstory\b|\bpoem\b|\bhaiku\b|\bfiction\b|\bimagine\b|\blyrics\b|\bnovel\b|"
+                            r"\blimerick\b|\bfable\b", re.I)),
 )
 
 

@@ -1,0 +1,291 @@
+"""Streaming client for SGLang ``/generate`` and OpenAI ``/v1/completions`` / ``/v1/chat/completions``.
+
+Source stage of the flow: one call → one ``RequestRecord``. Failures become records with an outcome and a
+one-line reason, never exceptions (``CancelledError`` excepted: the caller records it and re-raises).
+
+Token counting per chunk:
+- ``sglang``: ``meta_info.completion_tokens`` is cumulative on every chunk; the delta is exact even when
+  the server coalesced several rounds into one chunk.
+- OpenAI APIs: we ask for ``stream_options.continuous_usage_stats`` (SGLang 0.5.4.post2+, vLLM), which
+  puts cumulative ``usage`` on every chunk: exact. A server that ignores it only reports the total in
+  the final usage chunk; the total is then apportioned over the content chunks by their text length
+  (``tokens_exact=False``): per-token ITL and tokens per chunk are approximations in that case.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from .prompts import Prompt
+from .records import Outcome, RequestRecord, SpecStats
+from .sse import SSEError, SSEParser
+
+APIS = ("sglang", "completions", "chat")
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+class StreamProtocolError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str  # "spec" | "baseline": a label value from a closed set
+    base_url: str
+    api: str
+    model: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class GenParams:
+    max_tokens: int = 256
+    temperature: float = 0.0
+    ignore_eos: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect_s: float = 10.0
+    read_s: float = 60.0  # longest silence allowed between two reads of one stream
+
+
+def make_session(max_streams: int, timeouts: Timeouts) -> aiohttp.ClientSession:
+    """One pooled session. Connector limit and timeouts are explicit: aiohttp's defaults queue silently
+    past 100 connections and cut every request at 5 minutes."""
+    connector = aiohttp.TCPConnector(limit=max_streams, limit_per_host=max_streams, ttl_dns_cache=300)
+    timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_read=timeouts.read_s)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**20,
+                                 json_serialize=lambda o: orjson.dumps(o).decode())
+
+
+def build_payload(target: Target, prompt: Prompt, params: GenParams) -> dict[str, Any]:
+    if target.api == "sglang":
+        return {"text": prompt.as_text(), "stream": True,
+                "sampling_params": {"max_new_tokens": params.max_tokens, "temperature": params.temperature,
+                                    "ignore_eos": params.ignore_eos}}
+    body: dict[str, Any] = {"model": target.model, "max_tokens": params.max_tokens,
+                            "temperature": params.temperature, "ignore_eos": params.ignore_eos, "stream": True,
+                            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    if target.api == "chat":
+        body["messages"] = prompt.as_messages()
+    else:
+        body["prompt"] = prompt.as_text()
+    return body
+
+
+def _spec_from_meta(meta: dict[str, Any]) -> SpecStats | None:
+    vct = meta.get("spec_verify_ct")
+    if not isinstance(vct, int) or isinstance(vct, bool):
+        return None
+    hist = meta.get("spec_correct_drafts_histogram") or meta.get("spec_accept_histogram") or ()
+    return SpecStats(
+        verify_ct=vct,
+        accept_length=_num(meta.get("spec_accept_length")),
+        accept_rate=_num(meta.get("spec_accept_rate")),
+        correct_drafts=_int(meta.get("spec_num_correct_drafts", meta.get("spec_accepted_drafts"))),
+        proposed_drafts=_int(meta.get("spec_num_proposed_drafts", meta.get("spec_proposed_drafts"))),
+        histogram=tuple(h for h in hist if isinstance(h, int)) if isinstance(hist, list) else (),
+    )
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass(slots=True)
+class Attempt:
+    """Mutable state of one request in flight; ``finish`` freezes it into a record."""
+
+    target: Target
+    prompt: Prompt
+    warmup: bool
+    intended_ns: int
+    sent_ns: int = 0
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    chunk_chars: list[int] = field(default_factory=list)  # text length, for apportioning when counts are missing
+    tokens: int = 0
+    counted: bool = False  # saw a per-chunk token count
+    final_tokens: int | None = None
+    prompt_tokens: int = 0
+    spec: SpecStats | None = None
+
+    def handle(self, data: bytes, now: int) -> bool:
+        """Consume one SSE data payload; True once the stream is complete ([DONE])."""
+        if data == b"[DONE]":
+            return True
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise StreamProtocolError(f"malformed JSON event: {data[:80]!r}") from None
+        if not isinstance(obj, dict):
+            raise StreamProtocolError(f"event is not a JSON object: {data[:80]!r}")
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            raise StreamProtocolError(f"server error event: {str(msg)[:160]}")
+        if self.target.api == "sglang":
+            self._sglang(obj, now)
+        else:
+            self._openai(obj, now)
+        return False
+
+    def _sglang(self, obj: dict[str, Any], now: int) -> None:
+        meta = obj.get("meta_info")
+        if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
+            raise StreamProtocolError("chunk without meta_info.completion_tokens")
+        ct = meta["completion_tokens"]
+        if ct > self.tokens:
+            self.chunk_ns.append(now)
+            self.chunk_tokens.append(ct - self.tokens)
+            self.tokens = ct
+        self.counted = True
+        self.prompt_tokens = _int(meta.get("prompt_tokens")) or self.prompt_tokens
+        if meta.get("finish_reason") is not None:
+            self.final_tokens = ct
+            self.spec = _spec_from_meta(meta)
+
+    def _openai(self, obj: dict[str, Any], now: int) -> None:
+        choices = obj.get("choices") or []
+        text = ""
+        if choices and isinstance(choices[0], dict):
+            c = choices[0]
+            delta = c.get("delta")
+            if isinstance(delta, dict):
+                text = (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+            else:
+                text = c.get("text") or ""
+        usage = obj.get("usage")
+        ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(usage, dict):
+            self.prompt_tokens = _int(usage.get("prompt_tokens")) or self.prompt_tokens
+        if isinstance(ct, int) and choices:
+            self.counted = True
+            if ct > self.tokens:
+                self.chunk_ns.append(now)
+                self.chunk_tokens.append(ct - self.tokens)
+                self.chunk_chars.append(len(text))
+                self.tokens = ct
+        elif text:
+            self.chunk_ns.append(now)
+            self.chunk_tokens.append(0)  # unknown until the final usage
+            self.chunk_chars.append(len(text))
+        if isinstance(ct, int) and not choices:
+            self.final_tokens = ct
+        ext = obj.get("sglext")
+        if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
+            self.spec = _spec_from_meta(ext["spec_tokens_details"])
+
+    def _apportion(self) -> bool:
+        """Fill unknown per-chunk counts from the final total; returns whether counts are exact."""
+        if not self.chunk_tokens or all(n > 0 for n in self.chunk_tokens):
+            return True
+        total = self.final_tokens if self.final_tokens is not None else len(self.chunk_tokens)
+        chars = [max(1, c) for c in self.chunk_chars]
+        whole = sum(chars)
+        shares = [total * c / whole for c in chars]
+        counts = [max(1, int(s)) for s in shares]
+        i = 0
+        while sum(counts) < total:  # largest remainder first
+            order = sorted(range(len(shares)), key=lambda k: shares[k] - int(shares[k]), reverse=True)
+            counts[order[i % len(order)]] += 1
+            i += 1
+        self.chunk_tokens = counts
+        self.tokens = sum(counts)
+        return False
+
+    def finish(self, outcome: Outcome, error: str = "", status: int | None = None) -> RequestRecord:
+        exact = self._apportion() if self.target.api != "sglang" else True
+        exact = exact and self.counted
+        out = self.final_tokens if self.final_tokens is not None else self.tokens
+        return RequestRecord(
+            api=self.target.api, target=self.target.name, prompt_id=self.prompt.id, domain=self.prompt.domain,
+            warmup=self.warmup, intended_ns=self.intended_ns, sent_ns=self.sent_ns or self.intended_ns,
+            done_ns=time.monotonic_ns(), chunk_ns=tuple(self.chunk_ns), chunk_tokens=tuple(self.chunk_tokens),
+            tokens_exact=exact, prompt_tokens=self.prompt_tokens, output_tokens=max(out, sum(self.chunk_tokens)),
+            outcome=outcome, status=status, error=error, spec=self.spec,
+        )
+
+
+async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenParams) -> RequestRecord:
+    target = attempt.target
+    url = target.base_url + PATHS[target.api]
+    body = orjson.dumps(build_payload(target, attempt.prompt, params))
+    attempt.sent_ns = time.monotonic_ns()
+    try:
+        async with session.post(url, data=body, headers=JSON_HEADERS) as resp:
+            if resp.status != 200:
+                snippet = (await resp.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
+                return attempt.finish(Outcome.HTTP_ERROR, f"HTTP {resp.status}: {snippet}", resp.status)
+            parser = SSEParser()
+            async for data in resp.content.iter_any():
+                now = time.monotonic_ns()
+                for ev in parser.feed(data):
+                    if attempt.handle(ev.data, now):
+                        return attempt.finish(Outcome.OK, status=200)
+            for ev in parser.close():
+                if attempt.handle(ev.data, time.monotonic_ns()):
+                    return attempt.finish(Outcome.OK, status=200)
+            return attempt.finish(Outcome.STREAM_ERROR, "stream ended without [DONE]", 200)
+    except (StreamProtocolError, SSEError) as exc:
+        return attempt.finish(Outcome.STREAM_ERROR, str(exc), 200)
+    except aiohttp.ConnectionTimeoutError:
+        return attempt.finish(Outcome.CONNECT_ERROR, "connect timed out")
+    except TimeoutError:
+        return attempt.finish(Outcome.TIMEOUT, "read timed out" if attempt.sent_ns else "timed out")
+    except aiohttp.ClientConnectorError as exc:
+        return attempt.finish(Outcome.CONNECT_ERROR, f"cannot connect: {exc.os_error or exc}")
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+        return attempt.finish(Outcome.STREAM_ERROR, f"connection lost mid-stream: {type(exc).__name__}: {exc}")
+    except aiohttp.ClientError as exc:
+        return attempt.finish(Outcome.STREAM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    api: str
+    model: str
+    speculative: bool | None  # None: the server does not say (OpenAI-only servers)
+    info: dict[str, Any]
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
+    async with session.get(url) as resp:
+        if resp.status != 200:
+            return None
+        try:
+            return orjson.loads(await resp.read())
+        except orjson.JSONDecodeError:
+            return None
+
+
+async def detect(session: aiohttp.ClientSession, base_url: str, api: str = "auto") -> ServerInfo:
+    """SGLang if ``/get_server_info`` answers with server args, else OpenAI if ``/v1/models`` answers.
+
+    Raises ``aiohttp.ClientError`` / ``TimeoutError`` when the server cannot be reached."""
+    info = await _get_json(session, base_url + "/get_server_info")
+    sglang = isinstance(info, dict) and ("speculative_algorithm" in info or "version" in info)
+    models = await _get_json(session, base_url + "/v1/models")
+    model = "default"
+    if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
+        model = str(models["data"][0].get("id", "default"))
+    if api == "auto":
+        if sglang:
+            api = "sglang"
+        elif models is not None:
+            api = "completions"
+        else:
+            raise ValueError(f"{base_url} answers neither /get_server_info (SGLang) nor /v1/models (OpenAI)")
+    spec = bool(info.get("speculative_algorithm")) if sglang and isinstance(info, dict) else None
+    return ServerInfo(api=api, model=model, speculative=spec, info=info if isinstance(info, dict) else {})
+

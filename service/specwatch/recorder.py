@@ -1,0 +1,222 @@
+"""Recorder: HDR histograms per interval, the interval swap, rolling windows and the cumulative view.
+
+Recorder stage. ``record`` is the per-request hot path (a few ``record_value`` calls, no percentile work);
+``tick`` closes the interval, writes the interval log and recomputes windowed summaries.
+
+Per-token ITL: a chunk of ``n`` tokens that arrived ``g`` after the previous chunk contributes ``n``
+samples of ``g / n`` (what SGLang's bench_serving does for its native backend): with speculative decoding
+a chunk carries a whole verify round, so one sample per chunk would overstate per-token latency by the
+accept length. The raw gap goes to ``inter_chunk``. The first chunk (the prefill's token) is TTFT, not ITL,
+and is left out of tokens-per-chunk.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import IO
+
+from hdrh.histogram import HdrHistogram
+
+from .records import OUTCOMES, RequestRecord
+
+# name -> (highest trackable value, unit divisor applied to turn the stored integer into the public unit)
+LATENCY_METRICS = ("ttft", "itl", "inter_chunk", "e2e", "service", "schedule_lag")  # stored in µs
+SCALED_METRICS = {"tokens_per_chunk": 1.0, "decode_tps": 1000.0, "accept_length": 1000.0}
+HIGHEST_US = 3_600_000_000  # one hour
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def _new_hist(name: str) -> HdrHistogram:
+    if name in LATENCY_METRICS:
+        return HdrHistogram(1, HIGHEST_US, 3)
+    return HdrHistogram(1, 100_000_000, 3)
+
+
+@dataclass(slots=True)
+class Stats:
+    """A mergeable aggregate of records: one interval, a window, or the whole run."""
+
+    hists: dict[str, HdrHistogram] = field(default_factory=dict)
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    out_of_range: collections.Counter[str] = field(default_factory=collections.Counter)
+    output_tokens: int = 0
+    decode_tokens: int = 0
+    decode_ns: int = 0
+    spec_tokens: int = 0  # sum of (completion_tokens - 1) over requests with a verify count
+    verify_ct: int = 0
+    server_accept_sum: float = 0.0
+    server_accept_n: int = 0
+    approx_requests: int = 0  # per-chunk token counts were apportioned, not reported
+
+    def _hist(self, name: str) -> HdrHistogram:
+        h = self.hists.get(name)
+        if h is None:
+            h = self.hists[name] = _new_hist(name)
+        return h
+
+    def _put(self, name: str, value: float, count: int = 1) -> None:
+        if not self._hist(name).record_value(int(value), count):
+            self.out_of_range[name] += count
+
+    def add(self, rec: RequestRecord) -> None:
+        self.outcomes[rec.outcome.value] += 1
+        if not rec.ok or not rec.chunk_ns:
+            return  # failures are counted, never fed to latency histograms
+        self.output_tokens += rec.output_tokens
+        if not rec.tokens_exact:
+            self.approx_requests += 1
+        ttft = rec.ttft_ns
+        if ttft is not None:
+            self._put("ttft", ttft / 1000)
+        self._put("e2e", rec.e2e_ns / 1000)
+        self._put("service", rec.service_ns / 1000)
+        self._put("schedule_lag", rec.schedule_lag_ns / 1000)
+        prev = rec.chunk_ns[0]
+        for t, n in zip(rec.chunk_ns[1:], rec.chunk_tokens[1:], strict=True):
+            gap_us = (t - prev) / 1000
+            prev = t
+            self._put("inter_chunk", gap_us)
+            if n > 0:
+                self._put("itl", gap_us / n, n)
+                self._put("tokens_per_chunk", n)
+        tps = rec.decode_tokens_per_second
+        if tps is not None:
+            self._put("decode_tps", tps * 1000)
+            self.decode_tokens += rec.output_tokens - rec.chunk_tokens[0]
+            self.decode_ns += rec.decode_ns
+        al = rec.accept_length
+        if al is not None and rec.spec is not None:
+            self._put("accept_length", al * 1000)
+            self.spec_tokens += rec.output_tokens - 1
+            self.verify_ct += rec.spec.verify_ct
+            if rec.spec.accept_length is not None:
+                self.server_accept_sum += rec.spec.accept_length
+                self.server_accept_n += 1
+
+    def merge(self, other: Stats) -> None:
+        for name, h in other.hists.items():
+            self._hist(name).add(h)
+        self.outcomes.update(other.outcomes)
+        self.out_of_range.update(other.out_of_range)
+        for f in ("output_tokens", "decode_tokens", "decode_ns", "spec_tokens", "verify_ct", "server_accept_sum",
+                  "server_accept_n", "approx_requests"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+    # ---- read side (tick time only) ----------------------------------------------------------
+    def quantile(self, name: str, q: float) -> float | None:
+        h = self.hists.get(name)
+        if h is None or h.get_total_count() == 0:
+            return None
+        return h.get_value_at_percentile(q * 100) / _unit(name)
+
+    def mean(self, name: str) -> float | None:
+        h = self.hists.get(name)
+        if h is None or h.get_total_count() == 0:
+            return None
+        return float(h.get_mean_value()) / _unit(name)
+
+    def count(self, name: str) -> int:
+        h = self.hists.get(name)
+        return 0 if h is None else int(h.get_total_count())
+
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        """Token-weighted decode rate: sum(tokens - 1) / sum(last chunk - first chunk)."""
+        return self.decode_tokens * 1e9 / self.decode_ns if self.decode_ns else None
+
+    @property
+    def accept_length(self) -> float | None:
+        return self.spec_tokens / self.verify_ct if self.verify_ct else None
+
+    @property
+    def server_accept_length(self) -> float | None:
+        return self.server_accept_sum / self.server_accept_n if self.server_accept_n else None
+
+    @property
+    def requests(self) -> int:
+        return sum(self.outcomes.values())
+
+
+def _unit(name: str) -> float:
+    """Divisor from the stored integer to seconds (latencies) or the natural unit (others)."""
+    return 1e6 if name in LATENCY_METRICS else SCALED_METRICS[name]
+
+
+class HlogWriter:
+    """HdrHistogram interval log (one tagged line per metric per interval), readable by
+    ``hdrh.log.HistogramLogReader``. Values are microseconds (latencies) or milli-units."""
+
+    def __init__(self, stream: IO[str], start_wall_s: float) -> None:
+        self.stream = stream
+        self.start = start_wall_s
+        stream.write("#[specwatch interval log: latencies in microseconds; decode_tps and accept_length in "
+                     "thousandths]\n")
+        stream.write(f"#[StartTime: {start_wall_s:.3f} (seconds since epoch)]\n")
+        stream.write('"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"\n')
+
+    def write(self, stats: Stats, start_s: float, end_s: float, prefix: str = "") -> None:
+        for name in sorted(stats.hists):
+            h = stats.hists[name]
+            if h.get_total_count() == 0:
+                continue
+            payload = h.encode().decode()
+            self.stream.write(f"Tag={prefix}{name},{start_s - self.start:.3f},{end_s - start_s:.3f},"
+                              f"{h.get_max_value() / _unit(name) * (1e3 if name in LATENCY_METRICS else 1):.3f},"
+                              f"{payload}\n")
+        self.stream.flush()
+
+
+class Recorder:
+    """Per-target interval stats, a ring of closed intervals for rolling windows, and cumulative stats."""
+
+    def __init__(self, interval_s: float = 10.0, windows_s: Iterable[int] = (60, 300),
+                 hlog: HlogWriter | None = None) -> None:
+        self.interval_s = interval_s
+        self.windows_s = tuple(sorted(windows_s))
+        keep = max(1, int(round(max(self.windows_s, default=0) / interval_s)))
+        self.ring: collections.deque[tuple[float, dict[str, Stats]]] = collections.deque(maxlen=keep)
+        self.current: dict[str, Stats] = collections.defaultdict(Stats)
+        self.cumulative: dict[str, Stats] = collections.defaultdict(Stats)
+        self.by_domain: dict[str, Stats] = collections.defaultdict(Stats)
+        self.warmup_requests = 0
+        self.hlog = hlog
+        self.interval_start = time.time()
+        self.windows: dict[int, dict[str, Stats]] = {}
+
+    def record(self, rec: RequestRecord) -> None:
+        if rec.warmup:
+            self.warmup_requests += 1
+            return
+        self.current[rec.target].add(rec)
+
+    def tick(self) -> None:
+        """Close the interval: fold it into cumulative, log it, and rebuild the rolling windows."""
+        now = time.time()
+        closed = dict(self.current)
+        self.current = collections.defaultdict(Stats)
+        for target, st in closed.items():
+            self.cumulative[target].merge(st)
+            if self.hlog is not None:
+                self.hlog.write(st, self.interval_start, now, prefix=f"{target}.")
+        self.ring.append((now, closed))
+        self.interval_start = now
+        self.windows = {}
+        for w in self.windows_s:
+            merged: dict[str, Stats] = collections.defaultdict(Stats)
+            for end, part in self.ring:
+                if now - end < w - 1e-6:
+                    for target, st in part.items():
+                        merged[target].merge(st)
+            self.windows[w] = merged
+
+    def record_domain(self, rec: RequestRecord) -> None:
+        """Bench only: per-domain breakdown of the measured phase."""
+        if not rec.warmup:
+            self.by_domain[rec.domain].add(rec)
+
+
+def outcome_counts(stats: Stats) -> dict[str, int]:
+    return {o: stats.outcomes.get(o, 0) for o in OUTCOMES}
