@@ -7,6 +7,7 @@ included; the sink is a plain synchronous call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from .records import Outcome, RequestRecord
 from .schedule import make_pacer
 
 Sink = Callable[[RequestRecord], None]
+FAILURE_BACKOFF_S = 1.0  # closed loop: a failed request (server down) is not retried in a tight loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +81,11 @@ async def _closed(session: aiohttp.ClientSession, cycle: PromptCycle, params: Ge
             if plan.requests is not None and next(issued) >= plan.requests:
                 return
             target, prompt = cycle.next()
-            await one(session, target, prompt, params, time.monotonic_ns(), False, sink)
-            if plan.pause_s > 0:
-                try:
-                    await asyncio.wait_for(stop.wait(), plan.pause_s)
-                except TimeoutError:
-                    pass
+            rec = await one(session, target, prompt, params, time.monotonic_ns(), False, sink)
+            pause = plan.pause_s if rec.ok else max(plan.pause_s, FAILURE_BACKOFF_S)
+            if pause > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), pause)
 
     async with asyncio.TaskGroup() as tg:
         for _ in range(plan.concurrency):

@@ -12,7 +12,10 @@ and is left out of tokens-per-chunk.
 
 from __future__ import annotations
 
+import bisect
 import collections
+import itertools
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,7 +23,7 @@ from typing import IO
 
 from hdrh.histogram import HdrHistogram
 
-from .records import OUTCOMES, RequestRecord
+from .records import OUTCOMES, RequestRecord, ServerSample
 
 # name -> (highest trackable value, unit divisor applied to turn the stored integer into the public unit)
 LATENCY_METRICS = ("ttft", "itl", "inter_chunk", "e2e", "service", "schedule_lag")  # stored in µs
@@ -40,6 +43,7 @@ class Stats:
     """A mergeable aggregate of records: one interval, a window, or the whole run."""
 
     hists: dict[str, HdrHistogram] = field(default_factory=dict)
+    sums: collections.Counter[str] = field(default_factory=collections.Counter)  # exact, for means
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     out_of_range: collections.Counter[str] = field(default_factory=collections.Counter)
     output_tokens: int = 0
@@ -58,7 +62,9 @@ class Stats:
         return h
 
     def _put(self, name: str, value: float, count: int = 1) -> None:
-        if not self._hist(name).record_value(int(value), count):
+        if self._hist(name).record_value(int(value), count):
+            self.sums[name] += value * count
+        else:
             self.out_of_range[name] += count
 
     def add(self, rec: RequestRecord) -> None:
@@ -99,6 +105,7 @@ class Stats:
     def merge(self, other: Stats) -> None:
         for name, h in other.hists.items():
             self._hist(name).add(h)
+        self.sums.update(other.sums)
         self.outcomes.update(other.outcomes)
         self.out_of_range.update(other.out_of_range)
         for f in ("output_tokens", "decode_tokens", "decode_ns", "spec_tokens", "verify_ct", "server_accept_sum",
@@ -107,16 +114,26 @@ class Stats:
 
     # ---- read side (tick time only) ----------------------------------------------------------
     def quantile(self, name: str, q: float) -> float | None:
+        return self.quantiles(name, (q,))[q]
+
+    def quantiles(self, name: str, qs: Iterable[float]) -> dict[float, float | None]:
+        """Several quantiles in one C-speed pass over the counts (hdrh's own query walks them in Python)."""
         h = self.hists.get(name)
-        if h is None or h.get_total_count() == 0:
-            return None
-        return h.get_value_at_percentile(q * 100) / _unit(name)
+        total = 0 if h is None else h.get_total_count()
+        if h is None or total == 0:
+            return dict.fromkeys(qs)
+        end = h._counts_index_for(h.get_max_value()) + 1  # nothing is recorded above the max
+        cum = list(itertools.accumulate(memoryview(h.counts).cast("B").cast("Q")[:end]))
+        out: dict[float, float | None] = {}
+        for q in qs:
+            target = max(1, int(min(q, 1.0) * total + 0.5))  # hdrh's get_target_count_at_percentile
+            idx = bisect.bisect_left(cum, target)
+            out[q] = h.get_highest_equivalent_value(h.get_value_from_index(idx)) / _unit(name)
+        return out
 
     def mean(self, name: str) -> float | None:
-        h = self.hists.get(name)
-        if h is None or h.get_total_count() == 0:
-            return None
-        return float(h.get_mean_value()) / _unit(name)
+        n = self.count(name)
+        return self.sums[name] / n / _unit(name) if n else None
 
     def count(self, name: str) -> int:
         h = self.hists.get(name)
@@ -169,22 +186,40 @@ class HlogWriter:
         self.stream.flush()
 
 
+Part = dict[str, Stats]  # per target
+
+
+def _merge_into(dst: Part, src: Part) -> None:
+    for target, st in src.items():
+        dst.setdefault(target, Stats()).merge(st)
+
+
 class Recorder:
-    """Per-target interval stats, a ring of closed intervals for rolling windows, and cumulative stats."""
+    """Per-target interval stats, rolling windows over the last closed intervals, and cumulative stats.
+
+    A window of ``k`` intervals is rebuilt on each tick from pre-merged blocks of ``B ~ sqrt(k)``
+    intervals plus a few single intervals, so a tick costs about ``2 * sqrt(k)`` histogram merges rather
+    than ``k`` (HDR histograms cannot be subtracted, so windows cannot slide incrementally).
+    """
 
     def __init__(self, interval_s: float = 10.0, windows_s: Iterable[int] = (60, 300),
                  hlog: HlogWriter | None = None) -> None:
         self.interval_s = interval_s
         self.windows_s = tuple(sorted(windows_s))
-        keep = max(1, int(round(max(self.windows_s, default=0) / interval_s)))
-        self.ring: collections.deque[tuple[float, dict[str, Stats]]] = collections.deque(maxlen=keep)
+        self._k = {w: max(1, round(w / interval_s)) for w in self.windows_s}
+        keep = max(self._k.values(), default=1)
+        self._block = max(1, math.isqrt(keep))
+        self.ring: collections.deque[Part] = collections.deque(maxlen=keep)
+        self.blocks: collections.deque[Part] = collections.deque(maxlen=keep // self._block + 1)
+        self._pending: Part = {}  # intervals closed since the last block boundary, merged
+        self._closed = 0
         self.current: dict[str, Stats] = collections.defaultdict(Stats)
         self.cumulative: dict[str, Stats] = collections.defaultdict(Stats)
         self.by_domain: dict[str, Stats] = collections.defaultdict(Stats)
         self.warmup_requests = 0
         self.hlog = hlog
         self.interval_start = time.time()
-        self.windows: dict[int, dict[str, Stats]] = {}
+        self.windows: dict[int, Part] = {}
 
     def record(self, rec: RequestRecord) -> None:
         if rec.warmup:
@@ -195,22 +230,40 @@ class Recorder:
     def tick(self) -> None:
         """Close the interval: fold it into cumulative, log it, and rebuild the rolling windows."""
         now = time.time()
-        closed = dict(self.current)
+        closed: Part = dict(self.current)
         self.current = collections.defaultdict(Stats)
-        for target, st in closed.items():
-            self.cumulative[target].merge(st)
-            if self.hlog is not None:
+        _merge_into(self.cumulative, closed)
+        if self.hlog is not None:
+            for target, st in closed.items():
                 self.hlog.write(st, self.interval_start, now, prefix=f"{target}.")
-        self.ring.append((now, closed))
         self.interval_start = now
-        self.windows = {}
-        for w in self.windows_s:
-            merged: dict[str, Stats] = collections.defaultdict(Stats)
-            for end, part in self.ring:
-                if now - end < w - 1e-6:
-                    for target, st in part.items():
-                        merged[target].merge(st)
-            self.windows[w] = merged
+        self.ring.append(closed)
+        _merge_into(self._pending, closed)
+        self._closed += 1
+        if self._closed % self._block == 0:
+            self.blocks.append(self._pending)
+            self._pending = {}
+        self.windows = {w: self._window(min(k, len(self.ring))) for w, k in self._k.items()}
+
+    def _window(self, k: int) -> Part:
+        """Merge the ``k`` most recent intervals: the open block, whole blocks, then single intervals."""
+        out: Part = {}
+        partial = self._closed % self._block  # intervals in the open block (newest)
+        take = min(partial, k)
+        if take == partial and partial:
+            _merge_into(out, self._pending)
+        else:
+            for part in list(self.ring)[len(self.ring) - take:]:
+                _merge_into(out, part)
+        rest = k - take
+        whole = min(rest // self._block, len(self.blocks))
+        for block in list(self.blocks)[len(self.blocks) - whole:] if whole else ():
+            _merge_into(out, block)
+        singles = rest - whole * self._block
+        end = len(self.ring) - take - whole * self._block
+        for part in list(self.ring)[max(0, end - singles):end]:
+            _merge_into(out, part)
+        return out
 
     def record_domain(self, rec: RequestRecord) -> None:
         """Bench only: per-domain breakdown of the measured phase."""
@@ -220,3 +273,37 @@ class Recorder:
 
 def outcome_counts(stats: Stats) -> dict[str, int]:
     return {o: stats.outcomes.get(o, 0) for o in OUTCOMES}
+
+
+class SampleWindows:
+    """Server samples (log lines, scrapes) kept for the longest window, averaged per window on the tick."""
+
+    def __init__(self, windows_s: Iterable[int]) -> None:
+        self.windows_s = tuple(sorted(windows_s))
+        self._keep_s = max(self.windows_s, default=60)
+        self._samples: collections.deque[tuple[float, ServerSample]] = collections.deque()
+        self.last: dict[str, ServerSample] = {}  # per source
+        self.averages: dict[int, dict[str, float | None]] = {}
+
+    def record(self, sample: ServerSample, now_s: float) -> None:
+        self.last[sample.source] = sample
+        if sample.accept_length is not None or sample.gen_throughput is not None:
+            self._samples.append((now_s, sample))
+
+    def tick(self, now_s: float) -> None:
+        while self._samples and now_s - self._samples[0][0] > self._keep_s:
+            self._samples.popleft()
+        self.averages = {}
+        for w in self.windows_s:
+            recent = [s for t, s in self._samples if now_s - t <= w]
+            self.averages[w] = {
+                "accept_length": _avg(s.accept_length for s in recent),
+                "accept_rate": _avg(s.accept_rate for s in recent),
+                "gen_throughput": _avg(s.gen_throughput for s in recent if s.source != "sglang_prefill"),
+                "samples": float(len(recent)),
+            }
+
+
+def _avg(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None

@@ -74,7 +74,7 @@ def _iso(wall_s: float) -> str:
 
 def decode_line(family: str, s: DecodeStats, wall_s: float, log_ms: bool = False) -> str:
     old = family in ("0.4.3", "0.4.5", "0.4.8", "0.4.9.post1", "0.5.3")
-    head = "Decode batch." if old else ("Decode batch [%d]," % s.iteration if family == "0.5.4" else "Decode batch,")
+    head = "Decode batch." if old else (f"Decode batch [{s.iteration}]," if family == "0.5.4" else "Decode batch,")
     parts = [f"#running-req: {s.running}", f"#token: {s.used_tokens}", f"token usage: {s.token_usage:.2f}"]
     if s.speculative:
         length = s.accept_tokens / s.forward_ct if s.forward_ct else 0.0
@@ -93,7 +93,7 @@ def decode_line(family: str, s: DecodeStats, wall_s: float, log_ms: bool = False
 
 def prefill_line(family: str, s: PrefillStats, wall_s: float, log_ms: bool = False) -> str:
     old = family in ("0.4.3", "0.4.5", "0.4.8", "0.4.9.post1", "0.5.3")
-    head = "Prefill batch." if old else ("Prefill batch [%d]," % s.iteration if family == "0.5.4" else "Prefill batch,")
+    head = "Prefill batch." if old else (f"Prefill batch [{s.iteration}]," if family == "0.5.4" else "Prefill batch,")
     parts = [f"#new-seq: {s.new_seq}", f"#new-token: {s.new_tokens}", f"#cached-token: {s.cached_tokens}"]
     if family == "0.4.3":
         parts.append("cache hit rate: 0.00%")

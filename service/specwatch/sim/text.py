@@ -10,11 +10,11 @@ import re
 import zlib
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-_WORDS = (
-    "the of and to in is that for it as with was on be by this are or from at an which not have "
-    "model token draft verify accept length speed batch cache layer expert value result system data "
-    "function return list index time step first second next value query server request response"
-).split()
+_WORDS = tuple("""
+the of and to in is that for it as with was on be by this are or from at an which not have model
+token draft verify accept length speed batch cache layer expert value result system data function
+return list index time step first second next value query server request response
+""".split())
 
 _DOMAIN_HINTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("code", re.compile(r"```|\bdef \b|\bfunction\b|\bclass\b|\bcode\b|\bpython\b|\bsql\b|\bregex\b|"

@@ -1,0 +1,60 @@
+"""Is speculation paying off? Pure arithmetic plus a hysteresis state. No I/O.
+
+- speedup = probe decode tok/s / baseline decode tok/s
+- cycle time = accept length / tok/s  (seconds per verify round, as the client sees it)
+- break-even accept length = cycle time * baseline tok/s: with this cycle time, speculation matches plain
+  decoding only if each round yields that many tokens.
+- below-baseline enters when speedup < 1 and clears only when speedup > 1 + hysteresis, so a speedup
+  hovering around 1.0 does not flap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    baseline_tps: float | None
+    speedup: float | None
+    cycle_s: float | None
+    breakeven_accept_length: float | None
+    below_baseline: bool | None  # None until enough data
+
+
+def speedup(tps: float | None, baseline: float | None) -> float | None:
+    if tps is None or baseline is None or baseline <= 0:
+        return None
+    return tps / baseline
+
+
+def cycle_seconds(accept_length: float | None, tps: float | None) -> float | None:
+    if accept_length is None or tps is None or tps <= 0:
+        return None
+    return accept_length / tps
+
+
+def breakeven(cycle_s: float | None, baseline: float | None) -> float | None:
+    if cycle_s is None or baseline is None:
+        return None
+    return cycle_s * baseline
+
+
+class Judge:
+    def __init__(self, hysteresis: float = 0.03, min_requests: int = 3) -> None:
+        self.hysteresis = hysteresis
+        self.min_requests = min_requests
+        self.below: bool | None = None
+
+    def update(self, tps: float | None, accept_length: float | None, baseline: float | None,
+               requests: int) -> Verdict:
+        ratio = speedup(tps, baseline)
+        cyc = cycle_seconds(accept_length, tps)
+        if ratio is not None and requests >= self.min_requests:
+            if self.below is None:
+                self.below = ratio < 1.0
+            elif self.below and ratio > 1.0 + self.hysteresis:
+                self.below = False
+            elif not self.below and ratio < 1.0:
+                self.below = True
+        return Verdict(baseline, ratio, cyc, breakeven(cyc, baseline), self.below)
