@@ -128,6 +128,7 @@ class FileFollower:
                 if st.st_size < pos:  # copytruncate
                     pos = 0
                     self.split.flush_partial()
+                    self.state.restarts += 1
                     continue
                 await asyncio.sleep(self.poll_s)
         finally:

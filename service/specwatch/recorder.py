@@ -43,7 +43,7 @@ class Stats:
     """A mergeable aggregate of records: one interval, a window, or the whole run."""
 
     hists: dict[str, HdrHistogram] = field(default_factory=dict)
-    sums: collections.Counter[str] = field(default_factory=collections.Counter)  # exact, for means
+    sums: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))  # exact, for means
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     out_of_range: collections.Counter[str] = field(default_factory=collections.Counter)
     output_tokens: int = 0
@@ -105,7 +105,8 @@ class Stats:
     def merge(self, other: Stats) -> None:
         for name, h in other.hists.items():
             self._hist(name).add(h)
-        self.sums.update(other.sums)
+        for name, v in other.sums.items():
+            self.sums[name] += v
         self.outcomes.update(other.outcomes)
         self.out_of_range.update(other.out_of_range)
         for f in ("output_tokens", "decode_tokens", "decode_ns", "spec_tokens", "verify_ct", "server_accept_sum",
@@ -133,7 +134,7 @@ class Stats:
 
     def mean(self, name: str) -> float | None:
         n = self.count(name)
-        return self.sums[name] / n / _unit(name) if n else None
+        return self.sums.get(name, 0.0) / n / _unit(name) if n else None
 
     def count(self, name: str) -> int:
         h = self.hists.get(name)

@@ -18,6 +18,7 @@ from .engine import Engine, SimRequest, Snapshot
 from .text import count_prompt_tokens
 
 MAX_NEW_TOKENS_LIMIT = 32_768
+RECEIVED_NS = "specwatch.received_ns"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -72,6 +73,14 @@ def _bool(d: dict[str, Any], key: str, default: bool = False) -> bool:
     return v
 
 
+@web.middleware
+async def received_at(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                      ) -> web.StreamResponse:
+    """Stamp the request as early as the server sees it: the simulator's truth starts here."""
+    request[RECEIVED_NS] = time.monotonic_ns()
+    return await handler(request)
+
+
 class SimAPI:
     def __init__(self, engine: Engine, ident: ServerIdentity, metrics_render: Callable[[], bytes] | None) -> None:
         self.engine = engine
@@ -79,6 +88,7 @@ class SimAPI:
         self.metrics_render = metrics_render
 
     def routes(self, app: web.Application) -> None:
+        app.middlewares.append(received_at)
         app.router.add_route("POST", "/generate", self.generate)
         app.router.add_route("PUT", "/generate", self.generate)
         app.router.add_post("/v1/completions", self.completions)
@@ -127,11 +137,12 @@ class SimAPI:
         return web.Response(body=self.metrics_render(), headers={"Content-Type": "text/plain; version=0.0.4"})
 
     # ---- generation --------------------------------------------------------------------------
-    def _new_request(self, prompt: str, prompt_tokens: int, max_new: int, ignore_eos: bool, temperature: float,
-                     stream_interval: int | None, rid: str | None) -> SimRequest:
+    def _new_request(self, request: web.Request, prompt: str, prompt_tokens: int, max_new: int, ignore_eos: bool,
+                     temperature: float, stream_interval: int | None, rid: str | None) -> SimRequest:
         req = SimRequest(rid=rid or uuid.uuid4().hex, prompt=prompt, prompt_tokens=prompt_tokens,
                          max_new_tokens=max_new, ignore_eos=ignore_eos, temperature=temperature,
-                         stream_interval=stream_interval or self.engine.s.stream_interval)
+                         stream_interval=stream_interval or self.engine.s.stream_interval,
+                         arrival_ns=request[RECEIVED_NS])
         self.engine.submit(req)
         return req
 
@@ -196,7 +207,7 @@ class SimAPI:
             rid = body.get("rid") if isinstance(body.get("rid"), str) else None
         except BadRequest as exc:
             return _json({"error": str(exc)}, 400)
-        req = self._new_request(prompt, ptoks, max_new, ignore_eos, temperature, interval, rid)
+        req = self._new_request(request, prompt, ptoks, max_new, ignore_eos, temperature, interval, rid)
         if not stream:
             last = await self._drive(req, None)
             return _json({"text": last.text, "meta_info": self._meta(req, last)})
@@ -248,7 +259,8 @@ class SimAPI:
         except BadRequest as exc:
             return _json({"object": "error", "message": str(exc), "type": "BadRequestError", "param": None,
                           "code": 400}, 400)
-        req = self._new_request(prompt, count_prompt_tokens(prompt), max_new, ignore_eos, temperature, None, None)
+        req = self._new_request(request, prompt, count_prompt_tokens(prompt), max_new, ignore_eos, temperature,
+                                None, None)
         oid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
         model = self.ident.served_model_name

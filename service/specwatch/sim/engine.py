@@ -113,7 +113,7 @@ class Engine:
 
     # ---- request intake ----------------------------------------------------------------------
     def submit(self, req: SimRequest) -> None:
-        req.arrival_ns = time.monotonic_ns()
+        req.arrival_ns = req.arrival_ns or time.monotonic_ns()
         req.domain = classify_domain(req.prompt)
         factor = model.acceptance_factor(self.s.profile, req.domain, req.temperature)
         req.cond = model.conditional_probs(self.s.profile, self.s.spec, factor)

@@ -1,0 +1,161 @@
+"""Shared fixtures: free ports, polling with deadlines, and real child processes (simulator, daemon)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files from current output")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(pred: Callable[[], Any], timeout_s: float = 20.0, every_s: float = 0.05, what: str = "condition") -> Any:
+    """Poll ``pred`` until it returns something truthy; fail with ``what`` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    last_exc: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = pred()
+            if value:
+                return value
+        except Exception as exc:
+            last_exc = exc
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}" + (f" (last error: {last_exc!r})"
+                                                                               if last_exc else ""))
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def http_json(url: str, body: Any = None, timeout: float = 30.0) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[bytes]
+    out_path: Path
+    url: str = ""
+    control: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def output(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return int(self.popen.returncode)
+
+
+def specwatch_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "specwatch", *args]
+
+
+class Procs:
+    """Starts real specwatch processes and stops them at teardown."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: list[Proc] = []
+
+    def start(self, args: list[str], name: str, env: dict[str, str] | None = None,
+              stdin: int | None = subprocess.DEVNULL) -> Proc:
+        out = self.tmp / f"{name}.out"
+        fh = out.open("wb")
+        popen = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, stdin=stdin,
+                                 env={**os.environ, **(env or {})}, cwd=self.tmp)
+        fh.close()
+        p = Proc(popen, out)
+        self.procs.append(p)
+        return p
+
+    def sim(self, *flags: str, name: str = "sim", control: bool = True) -> Proc:
+        port = free_port()
+        args = ["sim", "--port", str(port), *flags]
+        cport = free_port() if control else None
+        if cport:
+            args += ["--control-port", str(cport)]
+        p = self.start(specwatch_cmd(*args), f"{name}-{port}")
+        p.url = f"http://127.0.0.1:{port}"
+        p.control = f"http://127.0.0.1:{cport}" if cport else ""
+
+        def ready() -> bool:
+            if p.popen.poll() is not None:
+                raise AssertionError(f"sim exited early: {p.output()}")
+            return http_get(p.url + "/health", 1)[0] == 200
+
+        wait_until(ready, 20, what=f"simulator {p.url} to answer /health")
+        return p
+
+    def stop_all(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    ps = Procs(tmp_path)
+    try:
+        yield ps
+    finally:
+        ps.stop_all()
+
+
+def sim_truth(proc: Proc) -> dict[str, Any]:
+    return http_json(proc.control + "/truth")
+
+
+@contextlib.contextmanager
+def env_var(key: str, value: str) -> Iterator[None]:
+    old = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = old

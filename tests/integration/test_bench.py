@@ -1,0 +1,172 @@
+"""`specwatch bench` against `specwatch sim` (real processes): accuracy against the simulator's own record
+and its timing model, per-token ITL vs per-chunk gap, open-loop coordinated omission, and every failure."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port, http_get, http_json, sim_truth, specwatch_cmd, wait_until
+from specwatch.sim import model
+
+pytestmark = pytest.mark.integration
+SPEC5 = ("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
+         "--speculative-eagle-topk", "1")
+
+
+def bench(url: str, tmp: Path, *flags: str, check: bool = True) -> tuple[dict, str]:
+    out = tmp / "bench.json"
+    p = subprocess.run(specwatch_cmd("bench", "--server-url", url, "--json", str(out), *flags), capture_output=True,
+                       text=True, timeout=300)
+    if check:
+        assert p.returncode == 0, p.stdout + p.stderr
+    return (json.loads(out.read_text()) if out.exists() else {}), p.stdout + p.stderr
+
+
+def truth_by_prompt_tokens(sim) -> list[dict]:
+    return [r for r in sim_truth(sim)["requests"] if r["outcome"] == "finished"]
+
+
+def al_tolerance(rounds: int, steps: int = 5) -> float:
+    """4 standard errors of the mean accept length over ``rounds`` verify rounds (seed profile)."""
+    cond = model.conditional_probs(model.PROFILES["seed"], model.SpecConfig.from_flags("EAGLE3", steps, 1, None))
+    pos = model.position_acceptance(cond)
+    probs = [1 - cond[0]] + [pos[k] * (1 - (cond[k + 1] if k + 1 < len(cond) else 0)) for k in range(len(cond))]
+    mean = sum(k * p for k, p in enumerate(probs))
+    var = sum(k * k * p for k, p in enumerate(probs)) - mean**2
+    return 4 * (var / rounds) ** 0.5
+
+
+@pytest.mark.parametrize(("api", "concurrency", "requests", "max_tokens"),
+                         [("sglang", 1, 4, 300), ("completions", 1, 3, 300), ("sglang", 16, 32, 200),
+                          ("chat", 16, 32, 200)])
+def test_accuracy_against_the_simulators_truth(procs, tmp_path, api, concurrency, requests, max_tokens):
+    sim = procs.sim(*SPEC5, "--seed", "11")
+    doc, out = bench(sim.url, tmp_path, "--api", api, "--concurrency", str(concurrency), "--num-runs",
+                     str(requests), "--warmup", "1", "--max-tokens", str(max_tokens))
+    res = doc["results"]
+    truth = truth_by_prompt_tokens(sim)[1:]  # the first finished request was the warm-up
+    assert res["ok"] == requests and len(truth) == requests
+    # what the simulator actually did
+    rounds = sum(t["verify_ct"] for t in truth)
+    true_al = sum(t["completion_tokens"] - 1 for t in truth) / rounds
+    true_tps = sum(t["completion_tokens"] - 1 for t in truth) / sum(
+        (t["last_token_ns"] - t["first_token_ns"]) / 1e9 for t in truth)
+    explain = model.explain(model.PROFILES["seed"], model.SpecConfig.from_flags("EAGLE3", 5, 1, None), concurrency)
+    # client-side numbers against the simulator's record: within 3%
+    assert res["decode_tokens_per_second"] == pytest.approx(true_tps, rel=0.03)
+    assert res["latency_seconds"]["itl"]["mean"] == pytest.approx(1 / true_tps, rel=0.03)
+    assert res["tokens_per_chunk"]["mean"] == pytest.approx(true_al, rel=0.03)
+    if api == "sglang":
+        assert res["accept_length_client"] == pytest.approx(true_al, rel=1e-9)
+    # the simulator's record against its model: acceptance within 4 standard errors
+    assert abs(true_al - explain.accept_length) < al_tolerance(rounds)
+    if concurrency == 1:
+        # one stream: decode time is rounds x cycle, so tok/s given the realised acceptance is within 3%
+        assert res["decode_tokens_per_second"] == pytest.approx(true_al / explain.cycle_ms * 1000, rel=0.03)
+        ttft_true = [(t["first_token_ns"] - t["arrival_ns"]) / 1e9 for t in truth]
+        ttft_model = [model.prefill_ms(model.PROFILES["seed"], t["prompt_tokens"]) / 1000 for t in truth]
+        # per request (one stream: runs and the simulator's record are in the same order)
+        ttft_client = [r["ttft_s"] for r in doc["runs"]]
+        rel_err = sorted(abs(c - t) / t for c, t in zip(ttft_client, ttft_true, strict=True))
+        assert rel_err[len(rel_err) // 2] < 0.03, (ttft_client, ttft_true)
+        assert max(abs(a - b) for a, b in zip(ttft_true, ttft_model, strict=True)) < 0.003
+    assert "Run 1/" in out and "Accept length:" in out and "By domain" in out
+
+
+def test_per_token_itl_is_not_the_per_chunk_gap(procs, tmp_path):
+    sim = procs.sim(*SPEC5)
+    doc, _ = bench(sim.url, tmp_path, "--num-runs", "3", "--warmup", "0", "--max-tokens", "200")
+    lat = doc["results"]["latency_seconds"]
+    tpc = doc["results"]["tokens_per_chunk"]["mean"]
+    assert tpc > 1.8
+    # a chunk carries a whole verify round: its gap is ~accept length times the per-token latency
+    assert lat["inter_chunk"]["mean"] / lat["itl"]["mean"] == pytest.approx(tpc, rel=0.03)
+    cycle = model.explain(model.PROFILES["seed"], model.SpecConfig.from_flags("EAGLE3", 5, 1, None)).cycle_ms
+    assert lat["inter_chunk"]["mean"] * 1000 == pytest.approx(cycle, rel=0.03)
+    assert lat["itl"]["p50"] < lat["inter_chunk"]["p50"] / 1.5
+
+
+def test_open_loop_pause_shows_in_intended_start_latency_and_schedule_lag(procs, tmp_path):
+    sim = procs.sim(*SPEC5)
+    out = tmp_path / "b.json"
+    p = subprocess.Popen(specwatch_cmd("bench", "--server-url", sim.url, "--rate", "8", "--max-in-flight", "2",
+                                       "--num-runs", "40", "--warmup", "0", "--max-tokens", "4", "--json", str(out)),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_until(lambda: len(sim_truth(sim)["requests"]) >= 8, what="steady open-loop traffic")
+    pause_s = 1.5
+    http_json(sim.control + "/control", {"pause_s": pause_s})
+    assert p.wait(120) == 0, p.stdout.read() if p.stdout else ""
+    runs = json.loads(out.read_text())["runs"]
+    lags = [r["schedule_lag_s"] for r in runs]
+    e2e = [r["e2e_s"] for r in runs]
+    service = [r["service_s"] for r in runs]
+    # with 2 streams stalled, later sends wait: the wait is schedule lag and counts in latency
+    assert max(lags) > 0.5 * pause_s
+    assert max(e2e) > pause_s
+    worst = max(range(len(runs)), key=lambda i: lags[i])
+    assert e2e[worst] == pytest.approx(lags[worst] + service[worst], abs=0.01)
+    assert sorted(lags)[len(lags) // 4] < 0.05  # most requests were on schedule
+
+
+def test_every_failure_becomes_a_record_and_bench_keeps_going(tmp_path):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent.parent / "faultserver.py"),
+                               str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        doc, out = bench(f"http://127.0.0.1:{port}", tmp_path, "--api", "sglang", "--num-runs", "10", "--warmup",
+                         "0", "--max-tokens", "5", "--read-timeout", "1")
+    finally:
+        server.kill()
+    outcomes = [r["outcome"] for r in doc["runs"]]
+    assert outcomes == ["ok", "http_error", "http_error", "http_error", "stream_error", "stream_error",
+                        "stream_error", "timeout", "stream_error", "ok"]
+    errors = [r["error"] for r in doc["runs"]]
+    assert errors[1].startswith("HTTP 500") and errors[2].startswith("HTTP 429") and errors[3].startswith("HTTP 503")
+    assert "malformed JSON event" in errors[4]
+    assert "connection lost mid-stream" in errors[5] or "without [DONE]" in errors[5]
+    assert errors[6] == "stream ended without [DONE]"
+    assert "CUDA out of memory" in errors[8]
+    assert doc["results"]["outcomes"] == {"ok": 2, "http_error": 3, "timeout": 1, "connect_error": 0,
+                                          "stream_error": 4, "cancelled": 0}
+    assert doc["results"]["latency_seconds"]["ttft"]["p50"] is not None  # only the two good requests count
+    assert "Failures:      http_error=3" in out
+
+
+def test_connection_refused_everywhere_exits_non_zero_with_the_reason(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    doc, out = bench(url, tmp_path, "--api", "sglang", "--num-runs", "2", "--warmup", "0", check=False)
+    assert [r["outcome"] for r in doc["runs"]] == ["connect_error", "connect_error"]
+    assert "every request failed (connect_error: cannot connect" in out
+    _, out2 = bench(url, tmp_path, "--num-runs", "1", check=False)
+    assert "cannot detect the API" in out2
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--server-url", "localhost:30000"), "--server-url: 'localhost:30000' must start with http://"),
+    (("--server-url", "http://x:1", "--concurrency", "0"), "--concurrency: value 0 is out of range"),
+    (("--server-url", "http://x:1", "--rate", "-1"), "--rate: value -1.0 is out of range"),
+    (("--server-url", "http://x:1", "--api", "grpc"), "invalid choice: 'grpc'"),
+    (("--server-url", "http://x:1", "--max-tokens", "many"), "invalid int value: 'many'"),
+])
+def test_bad_flags_fail_at_start_naming_them(flags, message):
+    p = subprocess.run(specwatch_cmd("bench", *flags), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and message in p.stderr
+
+
+def test_hlog_and_json_outputs(procs, tmp_path):
+    sim = procs.sim(*SPEC5)
+    hlog = tmp_path / "b.hlog"
+    doc, _ = bench(sim.url, tmp_path, "--num-runs", "2", "--warmup", "0", "--max-tokens", "30", "--hlog", str(hlog))
+    from hdrh.histogram import HdrHistogram
+    from hdrh.log import HistogramLogReader
+    reader = HistogramLogReader(str(hlog), HdrHistogram(1, 3_600_000_000, 3))
+    tags = set()
+    while (h := reader.get_next_interval_histogram()) is not None:
+        tags.add(h.get_tag())
+    assert {"spec.ttft", "spec.itl", "spec.inter_chunk", "spec.e2e"} <= tags
+    assert len(doc["runs"]) == 2 and doc["api"] == "sglang" and doc["server_info"]["speculative_num_steps"] == 5
+    assert http_get(sim.url + "/health")[0] == 200

@@ -1,0 +1,88 @@
+"""Per-API stream decoding into records (no network: the Attempt state machine)."""
+
+import orjson
+import pytest
+
+from specwatch.client import Attempt, GenParams, StreamProtocolError, Target, build_payload
+from specwatch.prompts import Prompt
+from specwatch.records import Outcome
+
+P = Prompt("p1", "code", text="def f():")
+
+
+def attempt(api: str) -> Attempt:
+    return Attempt(Target("spec", "http://x", api, "m"), P, False, intended_ns=1_000)
+
+
+def sg(ct: int, finish: bool = False, **spec) -> bytes:
+    meta = {"id": "r", "finish_reason": {"type": "length", "length": ct} if finish else None, "prompt_tokens": 5,
+            "completion_tokens": ct, "cached_tokens": 0} | spec
+    return orjson.dumps({"text": "x" * ct, "meta_info": meta})
+
+
+def test_sglang_tokens_per_chunk_from_completion_token_deltas_even_when_coalesced():
+    a = attempt("sglang")
+    a.sent_ns = 2_000
+    for t, data in [(10, sg(1)), (20, sg(4)), (30, sg(4)), (40, sg(9)),
+                    (50, sg(10, True, spec_verify_ct=4, spec_accept_length=2.5, spec_num_correct_drafts=5,
+                                spec_correct_drafts_histogram=[1, 1, 2]))]:
+        assert not a.handle(data, t)
+    assert a.handle(b"[DONE]", 60)
+    r = a.finish(Outcome.OK)
+    assert r.chunk_tokens == (1, 3, 5, 1)  # the repeated ct=4 chunk carried no tokens
+    assert r.chunk_ns == (10, 20, 40, 50)
+    assert r.output_tokens == 10 and r.prompt_tokens == 5 and r.tokens_exact
+    assert r.spec.verify_ct == 4 and r.spec.histogram == (1, 1, 2)
+    assert r.accept_length == pytest.approx(9 / 4)
+    assert r.ttft_ns == 10 - 2_000
+    assert r.decode_tokens_per_second == pytest.approx(9 / 40e-9)
+
+
+def oa(text: str | None, ct: int | None, finish: str | None = None, chat: bool = False) -> bytes:
+    choices = [] if text is None else [
+        {"index": 0, "delta": {"content": text}, "finish_reason": finish} if chat else
+        {"index": 0, "text": text, "finish_reason": finish}]
+    usage = None if ct is None else {"prompt_tokens": 7, "completion_tokens": ct, "total_tokens": 7 + ct}
+    return orjson.dumps({"id": "c", "choices": choices, "usage": usage})
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_openai_with_continuous_usage_is_exact(api):
+    a = attempt(api)
+    chat = api == "chat"
+    for t, d in [(1, oa("", 0, chat=chat)), (2, oa(" a", 1, chat=chat)), (3, oa(" b c d", 4, chat=chat)),
+                 (4, oa("", 4, "length", chat=chat)), (5, oa(None, 4))]:
+        a.handle(d, t)
+    r = a.finish(Outcome.OK)
+    assert (r.chunk_tokens, r.output_tokens, r.prompt_tokens, r.tokens_exact) == ((1, 3), 4, 7, True)
+
+
+def test_openai_without_usage_apportions_final_total_by_text_length():
+    a = attempt("completions")
+    for t, d in [(1, oa(" a", None)), (2, oa(" bb cc", None)), (3, oa(" dd", None, "length")), (4, oa(None, 8))]:
+        a.handle(d, t)
+    r = a.finish(Outcome.OK)
+    assert sum(r.chunk_tokens) == 8 and r.output_tokens == 8
+    assert r.chunk_tokens[1] > r.chunk_tokens[0]
+    assert not r.tokens_exact
+
+
+@pytest.mark.parametrize(("data", "msg"), [
+    (b"{not json", "malformed JSON event"),
+    (b"[1,2]", "not a JSON object"),
+    (b'{"error": {"message": "boom"}}', "server error event: boom"),
+    (b'{"text": "x"}', "without meta_info"),
+])
+def test_protocol_errors(data, msg):
+    with pytest.raises(StreamProtocolError, match=msg):
+        attempt("sglang").handle(data, 1)
+
+
+def test_payloads_ask_for_what_the_client_needs():
+    params = GenParams(max_tokens=9, temperature=0.5, ignore_eos=True)
+    sg_body = build_payload(Target("spec", "u", "sglang"), P, params)
+    assert sg_body["sampling_params"] == {"max_new_tokens": 9, "temperature": 0.5, "ignore_eos": True}
+    assert sg_body["stream"] is True and sg_body["text"] == "def f():"
+    chat = build_payload(Target("spec", "u", "chat", "m"), P, params)
+    assert chat["messages"] == [{"role": "user", "content": "def f():"}]
+    assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}

@@ -1,0 +1,61 @@
+"""Config precedence (flag > env > file > default) and exact error messages."""
+
+import argparse
+
+import pytest
+
+from specwatch import config
+
+
+def args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    config.add_flags(p)
+    return p.parse_args(list(argv))
+
+
+def test_precedence_flag_over_env_over_file(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('server_url = "http://10.0.0.1:1"\nmax_tokens = 64\nconcurrency = 3\npause_s = 1\n')
+    env = {"SPECWATCH_MAX_TOKENS": "32", "SPECWATCH_CONCURRENCY": "2"}
+    cfg = config.load(args("--config", str(f), "--concurrency", "5"), env)
+    assert (cfg.server_url, cfg.max_tokens, cfg.concurrency, cfg.pause_s) == ("http://10.0.0.1:1", 32, 5, 1.0)
+    assert cfg.listen == config.DEFAULT_LISTEN and cfg.interval_s == 10.0
+
+
+def test_env_booleans_and_config_path_from_env(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('server_url = "http://127.0.0.1:30000"\n')
+    cfg = config.load(args("--from-start"), {"SPECWATCH_CONFIG": str(f), "SPECWATCH_SERVER_METRICS": "true"})
+    assert cfg.server_metrics is True and cfg.from_start is True
+
+
+@pytest.mark.parametrize(("argv", "env", "toml", "message"), [
+    ((), {}, 'server_url = "http://x:1"\nmax_token = 5\n', "config file {f}: unknown option 'max_token'"),
+    ((), {"SPECWATCH_SERVER_URL": "http://x:1", "SPECWATCH_RATEE": "1"}, None,
+     "environment (SPECWATCH_*): unknown option 'ratee'"),
+    (("--server-url", "ftp://x"), {}, None, "command line: server_url: 'ftp://x' must start with http://"),
+    (("--server-url", "http://x:1/v1"), {}, None, "must be a base URL without a path"),
+    (("--server-url", "http://x:1", "--max-tokens", "ten"), {}, None, "max_tokens: expected int, got 'ten'"),
+    (("--server-url", "http://x:1", "--concurrency", "0"), {}, None, "concurrency: must be > 0, got '0'"),
+    (("--server-url", "http://x:1", "--api", "grpc"), {}, None,
+     "api: 'grpc' is not one of auto, sglang, completions, chat"),
+    (("--server-url", "http://x:1", "--listen", "9753"), {}, None, "listen: '9753' must be HOST:PORT"),
+    ((), {}, None, "server_url is required"),
+    (("--server-url", "http://x:1", "--log-file", "a", "--log-stdin"), {}, None, "are alternatives"),
+    ((), {}, 'server_url = "http://x:1"\nconcurrency = true\n', "concurrency: expected int, got True"),
+    ((), {}, "server_url = [", "config file {f}: "),
+])
+def test_errors_name_the_key_and_where_it_came_from(tmp_path, argv, env, toml, message):
+    f = tmp_path / "c.toml"
+    a = list(argv)
+    if toml is not None:
+        f.write_text(toml)
+        a += ["--config", str(f)]
+    with pytest.raises(config.ConfigError) as e:
+        config.load(args(*a), env)
+    assert message.format(f=f) in str(e.value)
+
+
+def test_missing_config_file():
+    with pytest.raises(config.ConfigError, match=r"config file /nonexistent\.toml: No such file"):
+        config.load(args("--config", "/nonexistent.toml"), {})

@@ -1,0 +1,59 @@
+"""Line splitting limits (long, binary, partial lines) and the server-metrics scrape parser."""
+
+from specwatch.logtail import LineSplitter, SourceState
+from specwatch.scrape import ScrapeState, samples_from_text
+
+
+def split(chunks, limit=64):
+    got, st = [], SourceState()
+    s = LineSplitter(got.append, st, limit)
+    for c in chunks:
+        s.feed(c)
+    s.flush_partial()
+    return got, dict(st.skipped)
+
+
+def test_lines_across_chunks_and_crlf():
+    assert split([b"a\r\nb", b"c\n", b"d\n"]) == (["a", "bc", "d"], {})
+
+
+def test_long_line_dropped_once_even_across_many_chunks_and_next_line_survives():
+    got, skipped = split([b"x" * 50, b"x" * 50, b"x" * 50, b"\nok\n", b"y" * 70 + b"\nfine\n"])
+    assert got == ["ok", "fine"] and skipped == {"too_long": 2}
+
+
+def test_binary_and_partial_lines():
+    got, skipped = split([b"\x00\x01\x02junk\n", b"\xff\xfe\xfd\xfc\n", b"caf\xc3\xa9\n", b"tail-without-newline"])
+    assert got == ["café"] and skipped == {"binary": 2, "partial": 1}
+
+
+SGLANG = """# TYPE sglang:spec_accept_length gauge
+sglang:spec_accept_length{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 2.5
+sglang:spec_accept_rate{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 0.3
+sglang:gen_throughput{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 88.5
+sglang:num_running_reqs{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 3
+"""
+
+
+def test_sglang_gauges():
+    (s,) = samples_from_text(SGLANG, ScrapeState())
+    assert (s.accept_length, s.accept_rate, s.gen_throughput, s.running, s.dp_rank) == (2.5, 0.3, 88.5, 3, "0")
+
+
+def vllm(drafts, drafted, accepted, pos):
+    lines = [f'vllm:spec_decode_num_drafts_total{{engine="0"}} {drafts}',
+             f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {drafted}',
+             f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {accepted}']
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}} {v}'
+              for i, v in enumerate(pos)]
+    return "\n".join(lines) + "\n"
+
+
+def test_vllm_counters_become_interval_values_from_deltas():
+    state = ScrapeState()
+    assert samples_from_text(vllm(100, 300, 150, [80, 50, 20]), state) == []  # first scrape: no interval yet
+    (s,) = samples_from_text(vllm(1100, 3300, 1650, [880, 550, 220]), state)
+    assert s.accept_length == 1 + 1500 / 1000
+    assert s.accept_rate == 1500 / 3000
+    assert s.position_acceptance == (0.8, 0.5, 0.2)
+    assert samples_from_text(vllm(1100, 3300, 1650, [880, 550, 220]), state) == []  # idle: no drafts, no sample
