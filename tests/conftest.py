@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +30,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} not found: install Debian's prometheus package (bash .ci/run does)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return _tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> str:
+    return _tool("prometheus")
 
 
 def free_port() -> int:

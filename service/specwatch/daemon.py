@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import signal
 import sys
@@ -125,7 +126,7 @@ class Daemon:
                     await asyncio.wait_for(self.stop.wait(), delay)
                     return None
                 except TimeoutError:
-                    delay = min(10.0, delay * 2)
+                    delay = min(5.0, delay * 2)
                 continue
             self.up[name] = True
             self.exporter.target_up.labels(name).set(1)
@@ -182,10 +183,15 @@ class Daemon:
         accept = spec.accept_length
         if accept is None:
             accept = self.samples.averages.get(self.cfg.verdict_window_s, {}).get("accept_length")
-        v = self.judge.update(spec.decode_tokens_per_second, accept, baseline, spec.outcomes.get("ok", 0))
+        se = spec.decode_tps_relative_stderr
+        if self.cfg.baseline_url and se is not None:
+            se_b = vw.get("baseline", Stats()).decode_tps_relative_stderr
+            se = None if se_b is None else math.hypot(se, se_b)
+        v = self.judge.update(spec.decode_tokens_per_second, accept, baseline, spec.outcomes.get("ok", 0), se)
         e = self.exporter
         e.baseline.set(_nan(baseline))
         e.speedup.set(_nan(v.speedup))
+        e.speedup_se.set(_nan(v.relative_stderr))
         e.cycle.set(_nan(v.cycle_s))
         e.breakeven.set(_nan(v.breakeven_accept_length))
         e.below.set(float("nan") if v.below_baseline is None else float(v.below_baseline))

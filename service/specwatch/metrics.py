@@ -9,8 +9,11 @@ combination is initialised at start-up so series exist before the first event.
 from __future__ import annotations
 
 import platform
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from . import __version__
 from .logtail import SKIP_REASONS
@@ -60,8 +63,8 @@ class Exporter:
                                 registry=r)
         self.chunk_mean = Gauge("specwatch_probe_tokens_per_chunk_mean", "Mean tokens per decode chunk, per window.",
                                 tw, registry=r)
-        self.quant = Gauge("specwatch_probe_latency_quantile_seconds", "HDR-exact latency quantiles per window.",
-                           [*tw, "metric", "quantile"], registry=r)
+        self.quant = QuantileCollector()
+        r.register(self.quant)
         self.out_of_range = Counter("specwatch_hdr_out_of_range", "Values outside an HDR histogram's range.",
                                     ["metric"], registry=r)
         d = ["source", "dp_rank"]
@@ -88,6 +91,8 @@ class Exporter:
                               "Unix time of the last parsed log sample.", registry=r)
         self.baseline = Gauge("specwatch_baseline_tokens_per_second", "Non-speculative decode tok/s.", registry=r)
         self.speedup = Gauge("specwatch_speedup_ratio", "Probe decode tok/s divided by the baseline.", registry=r)
+        self.speedup_se = Gauge("specwatch_speedup_ratio_relative_stderr",
+                                "Relative standard error of the speedup (per-request tok/s spread).", registry=r)
         self.below = Gauge("specwatch_speculation_below_baseline", "1 while speculation is slower than baseline.",
                            registry=r)
         self.breakeven = Gauge("specwatch_breakeven_accept_length",
@@ -170,11 +175,33 @@ class Exporter:
             _set(self.accept_srv.labels(tg, label), st.server_accept_length)
             _set(self.chunk_mean.labels(tg, label), st.mean("tokens_per_chunk"))
             for metric in LATENCY_METRICS:
-                for q, v in st.quantiles(metric, QUANTILES).items():
-                    _set(self.quant.labels(tg, label, metric, str(q)), v)
+                self.quant.values[(tg, label, metric)] = (st.quantiles(metric, QUANTILES), st.count(metric),
+                                                          st.sums.get(metric, 0.0) / 1e6)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class QuantileCollector(Collector):
+    """``specwatch_probe_latency_quantile_seconds{target,window,metric,quantile}``: HDR-exact quantiles per
+    window, exposed as a summary (the only type whose ``quantile`` label promtool accepts), with the
+    window's sample count and sum."""
+
+    NAME = "specwatch_probe_latency_quantile_seconds"
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, str, str], tuple[dict[float, float | None], int, float]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        m = Metric(self.NAME, "HDR-exact latency quantiles per window (ttft, itl, inter_chunk, e2e, service, "
+                              "schedule_lag).", "summary")
+        for (target, window, metric), (qs, count, total) in sorted(self.values.items()):
+            labels = {"target": target, "window": window, "metric": metric}
+            for q, v in qs.items():
+                m.add_sample(self.NAME, labels | {"quantile": str(q)}, float("nan") if v is None else v)
+            m.add_sample(self.NAME + "_count", labels, float(count))
+            m.add_sample(self.NAME + "_sum", labels, total)
+        yield m
 
 
 def _set(g: Gauge, v: float | None) -> None:

@@ -91,6 +91,7 @@ class Stats:
         tps = rec.decode_tokens_per_second
         if tps is not None:
             self._put("decode_tps", tps * 1000)
+            self.sums["decode_tps_sq"] += tps * tps
             self.decode_tokens += rec.output_tokens - rec.chunk_tokens[0]
             self.decode_ns += rec.decode_ns
         al = rec.accept_length
@@ -144,6 +145,16 @@ class Stats:
     def decode_tokens_per_second(self) -> float | None:
         """Token-weighted decode rate: sum(tokens - 1) / sum(last chunk - first chunk)."""
         return self.decode_tokens * 1e9 / self.decode_ns if self.decode_ns else None
+
+    @property
+    def decode_tps_relative_stderr(self) -> float | None:
+        """Standard error of the mean per-request decode tok/s, relative to that mean."""
+        n = self.count("decode_tps")
+        if n < 2:
+            return None
+        mean = self.sums["decode_tps"] / 1000 / n
+        var = max(0.0, (self.sums["decode_tps_sq"] - n * mean * mean) / (n - 1))
+        return math.sqrt(var / n) / mean if mean > 0 else None
 
     @property
     def accept_length(self) -> float | None:

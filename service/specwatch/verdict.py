@@ -4,8 +4,11 @@
 - cycle time = accept length / tok/s  (seconds per verify round, as the client sees it)
 - break-even accept length = cycle time * baseline tok/s: with this cycle time, speculation matches plain
   decoding only if each round yields that many tokens.
-- below-baseline enters when speedup < 1 and clears only when speedup > 1 + hysteresis, so a speedup
-  hovering around 1.0 does not flap.
+- below-baseline enters only when speculation is *confidently* slower: the speedup's upper bound,
+  speedup * (1 + z * relative standard error), is below 1 (z = 2; the error combines the per-request
+  spread of the probe's and, when measured, the baseline's tok/s). It clears when the speedup exceeds
+  1 + hysteresis. A 3% win measured over a handful of requests therefore never pages anyone, and a
+  speedup hovering around 1.0 does not flap.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ class Verdict:
     cycle_s: float | None
     breakeven_accept_length: float | None
     below_baseline: bool | None  # None until enough data
+    relative_stderr: float | None = None
 
 
 def speedup(tps: float | None, baseline: float | None) -> float | None:
@@ -41,20 +45,23 @@ def breakeven(cycle_s: float | None, baseline: float | None) -> float | None:
 
 
 class Judge:
-    def __init__(self, hysteresis: float = 0.03, min_requests: int = 3) -> None:
+    def __init__(self, hysteresis: float = 0.03, min_requests: int = 3, z: float = 2.0) -> None:
         self.hysteresis = hysteresis
         self.min_requests = min_requests
+        self.z = z
         self.below: bool | None = None
 
     def update(self, tps: float | None, accept_length: float | None, baseline: float | None,
-               requests: int) -> Verdict:
+               requests: int, relative_stderr: float | None = None) -> Verdict:
         ratio = speedup(tps, baseline)
         cyc = cycle_seconds(accept_length, tps)
+        se = relative_stderr or 0.0
         if ratio is not None and requests >= self.min_requests:
+            confidently_below = ratio * (1.0 + self.z * se) < 1.0
             if self.below is None:
-                self.below = ratio < 1.0
+                self.below = confidently_below
             elif self.below and ratio > 1.0 + self.hysteresis:
                 self.below = False
-            elif not self.below and ratio < 1.0:
+            elif not self.below and confidently_below:
                 self.below = True
-        return Verdict(baseline, ratio, cyc, breakeven(cyc, baseline), self.below)
+        return Verdict(baseline, ratio, cyc, breakeven(cyc, baseline), self.below, relative_stderr)

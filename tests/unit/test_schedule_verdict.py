@@ -55,3 +55,12 @@ def test_no_verdict_until_enough_requests():
     j = Judge(min_requests=3)
     assert j.update(50, 2.0, 90, 2).below_baseline is None
     assert j.update(50, 2.0, 90, 3).below_baseline is True
+
+
+def test_a_noisy_small_win_never_enters_below_baseline_but_a_clear_loss_does():
+    j = Judge(hysteresis=0.03, min_requests=3)
+    # 3% faster measured as 0.99x with a 2% standard error: not confidently slower
+    assert j.update(0.99 * 90, 2.1, 90.0, 10, relative_stderr=0.02).below_baseline is False
+    assert j.update(0.97 * 90, 2.1, 90.0, 10, relative_stderr=0.02).below_baseline is False
+    assert j.update(0.95 * 90, 2.1, 90.0, 10, relative_stderr=0.02).below_baseline is True
+    assert Judge(min_requests=3).update(0.67 * 90, 2.1, 90.0, 5, relative_stderr=0.05).below_baseline is True
