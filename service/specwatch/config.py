@@ -43,6 +43,7 @@ class Config:
     prompts: str | None = None
     interval_s: float = 10.0
     verdict_window_s: int = 60
+    windows_s: str = "60,300"
     server_metrics: bool = False
     hysteresis: float = 0.03
     min_requests: int = 3
@@ -51,6 +52,10 @@ class Config:
     connect_timeout_s: float = 5.0
     drain_timeout_s: float = 30.0
     view: str = "auto"  # auto | table | log
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        return tuple(sorted({int(w) for w in self.windows_s.split(",")} | {self.verdict_window_s}))
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
@@ -105,6 +110,14 @@ def _listen(key: str, v: Any) -> str:
     return s
 
 
+def _window_list(key: str, v: Any) -> str:
+    s = _typed(str)(key, v)
+    parts = [p.strip() for p in s.split(",")]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ConfigError(f"{key}: {s!r} must be a comma-separated list of window lengths in seconds, e.g. 60,300")
+    return ",".join(parts)
+
+
 def _ratio(key: str, v: Any) -> float:
     x = float(_typed(float)(key, v))
     if not 0 <= x < 1:
@@ -130,6 +143,7 @@ CHECKS: dict[str, tuple[Callable[[str, Any], Any], str]] = {
     "prompts": (_typed(str), "prompt file (JSONL or ShareGPT JSON); default: built-in set"),
     "interval_s": (_positive(float), "interval between window updates in seconds (default 10)"),
     "verdict_window_s": (_positive(int), "window for tok/s, speedup and verdict, seconds (default 60)"),
+    "windows_s": (_window_list, "rolling windows in seconds, comma-separated (default 60,300)"),
     "server_metrics": (_typed(bool), "also scrape the server's own /metrics for accept length"),
     "hysteresis": (_ratio, "speedup must exceed 1 + this to clear the below-baseline state (default 0.03)"),
     "min_requests": (_positive(int), "requests in the verdict window before a verdict (default 3)"),

@@ -38,18 +38,18 @@ from .verdict import Judge
 from .view import View
 
 log = logging.getLogger("specwatch")
-WINDOWS_S = (60, 300)
 
 
 class Daemon:
     def __init__(self, cfg: config_mod.Config, out: IO[str] | None = None) -> None:
         self.cfg = cfg
-        windows = tuple(sorted({*WINDOWS_S, cfg.verdict_window_s}))
+        windows = cfg.windows
         self.targets = ("spec", "baseline") if cfg.baseline_url else ("spec",)
         self.exporter = Exporter(self.targets, windows)
         self._hlog_file = open(cfg.hlog, "a", encoding="utf-8") if cfg.hlog else None  # noqa: SIM115
+        # 2 significant digits (values within 1%) keep a long-running daemon's windows small; bench uses 3
         self.recorder = Recorder(cfg.interval_s, windows,
-                                 HlogWriter(self._hlog_file, time.time()) if self._hlog_file else None)
+                                 HlogWriter(self._hlog_file, time.time()) if self._hlog_file else None, digits=2)
         self.samples = SampleWindows(windows)
         self.judge = Judge(cfg.hysteresis, cfg.min_requests)
         self.view = View(cfg.view, out)

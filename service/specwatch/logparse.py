@@ -76,12 +76,12 @@ def split_fields(body: str) -> dict[str, str]:
     for part in body.split(", "):
         key, sep, value = part.partition(": ")
         if sep:
-            fields[key.strip()] = value.strip()
+            fields[key] = value
     return fields
 
 
 def _sglang(m: re.Match[str]) -> ServerSample:
-    f = split_fields(m.group("body").rstrip().rstrip(","))
+    f = split_fields(m.group("body").rstrip(", \t"))
     if "#running-req" not in f and "#new-seq" not in f:
         raise Malformed("no #running-req or #new-seq field")
     for key in ("#new-seq", "#new-token", "#cached-token", "#token"):

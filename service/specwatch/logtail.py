@@ -68,7 +68,7 @@ class LineSplitter:
             self.state.skipped["binary"] += 1
             return
         text = line.decode("utf-8", "replace").rstrip("\r")
-        if text.count("\ufffd") * 10 > len(text) > 0:
+        if "\ufffd" in text and text.count("\ufffd") * 10 > len(text):
             self.state.skipped["binary"] += 1
             return
         self.on_line(text)
