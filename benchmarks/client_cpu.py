@@ -8,7 +8,6 @@ time.process_time(); the server runs in another process.
 """
 
 import argparse
-import asyncio
 import socket
 import subprocess
 import sys
