@@ -68,6 +68,7 @@ class Daemon:
         for g in (self.exporter.speedup, self.exporter.breakeven, self.exporter.below, self.exporter.cycle):
             g.set(float("nan"))
         self.exporter.log_up.set(0)
+        self.exporter.log_configured.set(1 if self.source is not None else 0)
 
     def _make_source(self) -> LogSource | None:
         c = self.cfg

@@ -63,6 +63,9 @@ class Exporter:
                                 registry=r)
         self.chunk_mean = Gauge("specwatch_probe_tokens_per_chunk_mean", "Mean tokens per decode chunk, per window.",
                                 tw, registry=r)
+        self.probe_pos = Gauge("specwatch_probe_position_acceptance_ratio",
+                               "Share of verify rounds that accepted draft position N (from the server's "
+                               "per-request histogram), per window.", [*tw, "position"], registry=r)
         self.quant = QuantileCollector()
         r.register(self.quant)
         self.out_of_range = Counter("specwatch_hdr_out_of_range", "Values outside an HDR histogram's range.",
@@ -85,6 +88,8 @@ class Exporter:
         self.log_skipped = Counter("specwatch_log_lines_skipped", "Log lines skipped before parsing.", ["reason"],
                                    registry=r)
         self.log_up = Gauge("specwatch_log_source_up", "1 while the log source is open and readable.", registry=r)
+        self.log_configured = Gauge("specwatch_log_source_configured", "1 if a log source (file, command or "
+                                    "stdin) is configured.", registry=r)
         self.log_restarts = Counter("specwatch_log_source_reopens", "Log file reopenings or command restarts.",
                                     registry=r)
         self.log_last = Gauge("specwatch_log_last_sample_timestamp_seconds",
@@ -174,6 +179,8 @@ class Exporter:
             _set(self.accept.labels(tg, label), st.accept_length)
             _set(self.accept_srv.labels(tg, label), st.server_accept_length)
             _set(self.chunk_mean.labels(tg, label), st.mean("tokens_per_chunk"))
+            for i, p in enumerate(st.position_acceptance[: self._max_positions], 1):
+                self.probe_pos.labels(tg, label, str(i)).set(p)
             for metric in LATENCY_METRICS:
                 self.quant.values[(tg, label, metric)] = (st.quantiles(metric, QUANTILES), st.count(metric),
                                                           st.sums.get(metric, 0.0) / 1e6)

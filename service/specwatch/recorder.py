@@ -59,6 +59,7 @@ class Stats:
     server_accept_sum: float = 0.0
     server_accept_n: int = 0
     approx_requests: int = 0  # per-chunk token counts were apportioned, not reported
+    rounds_by_accepted: list[int] = field(default_factory=list)  # verify rounds by accepted drafts (server hist)
 
     def _hist(self, name: str) -> HdrHistogram:
         h = self.hists.get(name)
@@ -107,6 +108,7 @@ class Stats:
             if rec.spec.accept_length is not None:
                 self.server_accept_sum += rec.spec.accept_length
                 self.server_accept_n += 1
+            _add_into(self.rounds_by_accepted, rec.spec.histogram)
 
     def merge(self, other: Stats) -> None:
         if not self.hists:
@@ -117,6 +119,7 @@ class Stats:
             self.sums[name] += v
         self.outcomes.update(other.outcomes)
         self.out_of_range.update(other.out_of_range)
+        _add_into(self.rounds_by_accepted, other.rounds_by_accepted)
         for f in ("output_tokens", "decode_tokens", "decode_ns", "spec_tokens", "verify_ct", "server_accept_sum",
                   "server_accept_n", "approx_requests"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
@@ -168,12 +171,30 @@ class Stats:
         return self.spec_tokens / self.verify_ct if self.verify_ct else None
 
     @property
+    def position_acceptance(self) -> tuple[float, ...]:
+        """Share of verify rounds whose draft position i (1-based) was accepted, from the server's per-request
+        histogram of accepted drafts per round (SGLang's spec_correct_drafts_histogram)."""
+        rounds = sum(self.rounds_by_accepted)
+        if not rounds:
+            return ()
+        tail = list(itertools.accumulate(reversed(self.rounds_by_accepted)))[::-1]  # rounds with >= i accepted
+        return tuple(t / rounds for t in tail[1:])
+
+    @property
     def server_accept_length(self) -> float | None:
         return self.server_accept_sum / self.server_accept_n if self.server_accept_n else None
 
     @property
     def requests(self) -> int:
         return sum(self.outcomes.values())
+
+
+def _add_into(acc: list[int], counts: Iterable[int]) -> None:
+    for i, c in enumerate(counts):
+        if i < len(acc):
+            acc[i] += c
+        else:
+            acc.append(c)
 
 
 def _unit(name: str) -> float:

@@ -5,14 +5,16 @@
 - break-even accept length = cycle time * baseline tok/s: with this cycle time, speculation matches plain
   decoding only if each round yields that many tokens.
 - below-baseline enters only when speculation is *confidently* slower: the speedup's upper bound,
-  speedup * (1 + z * relative standard error), is below 1 (z = 2; the error combines the per-request
-  spread of the probe's and, when measured, the baseline's tok/s). It clears when the speedup exceeds
+  speedup * (1 + t * relative standard error), is below 1 (t: Student's 95% critical value for the number
+  of requests; the error combines the per-request spread of the probe's and, when measured, the
+  baseline's tok/s). It clears when the speedup exceeds
   1 + hysteresis. A 3% win measured over a handful of requests therefore never pages anyone, and a
   speedup hovering around 1.0 does not flap.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -44,11 +46,21 @@ def breakeven(cycle_s: float | None, baseline: float | None) -> float | None:
     return cycle_s * baseline
 
 
+# Student's t, two-sided 95%, by degrees of freedom 1..30; beyond that 2.0. With a handful of requests the
+# sample spread is itself uncertain, and a normal z would page on noise.
+T_975 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11,
+         2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04)
+
+
+def t_critical(requests: int) -> float:
+    df = requests - 1
+    return T_975[df - 1] if 1 <= df <= len(T_975) else (2.0 if df > 0 else math.inf)
+
+
 class Judge:
-    def __init__(self, hysteresis: float = 0.03, min_requests: int = 3, z: float = 2.0) -> None:
+    def __init__(self, hysteresis: float = 0.03, min_requests: int = 3) -> None:
         self.hysteresis = hysteresis
         self.min_requests = min_requests
-        self.z = z
         self.below: bool | None = None
 
     def update(self, tps: float | None, accept_length: float | None, baseline: float | None,
@@ -57,7 +69,7 @@ class Judge:
         cyc = cycle_seconds(accept_length, tps)
         se = relative_stderr or 0.0
         if ratio is not None and requests >= self.min_requests:
-            confidently_below = ratio * (1.0 + self.z * se) < 1.0
+            confidently_below = ratio * (1.0 + t_critical(requests) * se) < 1.0
             if self.below is None:
                 self.below = confidently_below
             elif self.below and ratio > 1.0 + self.hysteresis:

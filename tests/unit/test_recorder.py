@@ -102,3 +102,13 @@ def test_hlog_is_readable_by_hdrh_reader(tmp_path):
     while (h := reader.get_next_interval_histogram()) is not None:
         tags[h.get_tag()] = h.get_total_count()
     assert tags["spec.itl"] == 4 and tags["spec.inter_chunk"] == 2 and tags["spec.ttft"] == 1
+
+
+def test_position_acceptance_from_the_servers_accepted_drafts_histogram():
+    st = Stats()
+    a = record([30], [1, 2], verify=4)
+    a = RequestRecord(*[getattr(a, f) for f in a.__dataclass_fields__ if f != "spec"],
+                      spec=SpecStats(4, histogram=(1, 1, 2)))  # rounds with 0, 1, 2 accepted drafts
+    st.add(a)
+    st.add(a)
+    assert st.position_acceptance == (3 / 4, 2 / 4)

@@ -64,3 +64,5 @@ def test_a_noisy_small_win_never_enters_below_baseline_but_a_clear_loss_does():
     assert j.update(0.97 * 90, 2.1, 90.0, 10, relative_stderr=0.02).below_baseline is False
     assert j.update(0.95 * 90, 2.1, 90.0, 10, relative_stderr=0.02).below_baseline is True
     assert Judge(min_requests=3).update(0.67 * 90, 2.1, 90.0, 5, relative_stderr=0.05).below_baseline is True
+    # the same 5% loss measured over only 4 requests is not yet confident (t = 3.18, not 2)
+    assert Judge(min_requests=3).update(0.95 * 90, 2.1, 90.0, 4, relative_stderr=0.02).below_baseline is False

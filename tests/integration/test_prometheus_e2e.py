@@ -1,0 +1,100 @@
+"""End to end with a real Prometheus (Debian's package) scraping a real `specwatch run` next to a real
+`specwatch sim`: every dashboard query returns data, and SpeculationBelowBaseline fires at 10 draft steps
+against a 90 tok/s baseline and stays inactive at 2.
+
+The shipped rules are used as they are, except ``for:``, which ``shorten_for`` rewrites (1 s scrapes and
+rule evaluations instead of the production 10 s / 5 m)."""
+
+import json
+import urllib.parse
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import Procs, free_port, http_get, specwatch_cmd, wait_until
+from test_deploy import RULES, load_build
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def shorten_for(dst: Path, durations: dict[str, str]) -> Path:
+    doc = yaml.safe_load(RULES.read_text())
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") in durations:
+                rule["for"] = durations[rule["alert"]]
+    dst.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dst
+
+
+def prom_query(base: str, expr: str) -> list:
+    status, body = http_get(f"{base}/api/v1/query?query={urllib.parse.quote(expr)}")
+    doc = json.loads(body)
+    assert status == 200 and doc["status"] == "success", (expr, doc)
+    return doc["data"]["result"]
+
+
+def alerts(base: str, name: str) -> list[dict]:
+    doc = json.loads(http_get(base + "/api/v1/alerts")[1])
+    return [a for a in doc["data"]["alerts"] if a["labels"]["alertname"] == name]
+
+
+def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str) -> str:
+    log = tmp / "sglang.log"
+    sim = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
+                    "--speculative-eagle-topk", "1", "--decode-log-interval", "10", "--log-file", str(log), "--quiet",
+                    name=f"sim{steps}")
+    dport = free_port()
+    procs.start(specwatch_cmd("run", "--server-url", sim.url, "--log-file", str(log), "--baseline-tps", "90",
+                              "--listen", f"127.0.0.1:{dport}", "--interval-s", "1", "--verdict-window-s", "30",
+                              "--max-tokens", "100", "--pause-s", "0", "--min-requests", "4"), f"daemon{steps}")
+    rules = shorten_for(tmp / "rules.yml", {"SpeculationBelowBaseline": "3s"})
+    cfg = tmp / "prometheus.yml"
+    cfg.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [{"job_name": "specwatch", "static_configs": [{"targets": [f"127.0.0.1:{dport}"]}]}],
+    }))
+    pport = free_port()
+    procs.start([prometheus_bin, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{pport}"], f"prometheus{steps}")
+    base = f"http://127.0.0.1:{pport}"
+    wait_until(lambda: http_get(base + "/-/ready", 1)[0] == 200, timeout_s=60, what="prometheus ready")
+    wait_until(lambda: prom_query(base, 'up{job="specwatch"} == 1'), timeout_s=30, what="specwatch scraped")
+    return base
+
+
+def test_dashboards_return_data_and_the_alert_fires_at_10_steps(procs, tmp_path, prometheus_bin):
+    base = stack(procs, tmp_path, 10, prometheus_bin)
+    firing = wait_until(lambda: [a for a in alerts(base, "SpeculationBelowBaseline") if a["state"] == "firing"],
+                        timeout_s=120, what="SpeculationBelowBaseline firing")
+    assert float(firing[0]["value"]) == pytest.approx(60.6 / 90, rel=0.08)  # the speedup, as the alert shows it
+    assert "slower than plain decoding" in firing[0]["annotations"]["summary"]
+    build = load_build()
+    empty = []
+    for path in sorted((ROOT / "grafana" / "dashboards").glob("*.json")):
+        for title, expr in build.exprs(json.loads(path.read_text())):
+            q = build.substitute(expr, rate_interval="30s")
+            if not wait_until(lambda q=q: prom_query(base, q) or None, timeout_s=40, what=f"data for {q}"):
+                empty.append(f"{path.name}: {title}: {q}")
+    assert empty == []
+    # recording rules evaluate on real data too
+    assert prom_query(base, "specwatch:probe_itl_seconds:p99_rate5m")
+
+
+def test_the_alert_stays_inactive_at_2_steps(procs, tmp_path, prometheus_bin):
+    base = stack(procs, tmp_path, 2, prometheus_bin)
+    wait_until(lambda: prom_query(base, "specwatch_speculation_below_baseline == 0"), timeout_s=120,
+               what="a verdict of 0 in Prometheus")
+    # keep watching for well past the shortened for: (3 s) while new probes arrive
+    n0 = float(prom_query(base, 'sum(specwatch_probe_requests_total{outcome="ok"})')[0]["value"][1])
+    wait_until(lambda: float(prom_query(base, 'sum(specwatch_probe_requests_total{outcome="ok"})')[0]["value"][1])
+               >= n0 + 4, timeout_s=60, what="four more probes")
+    assert alerts(base, "SpeculationBelowBaseline") == []
+    history = prom_query(base, "specwatch_speculation_below_baseline[5m]")[0]["values"]
+    speedups = prom_query(base, "specwatch_speedup_ratio[5m]")[0]["values"]
+    assert {v for _, v in history} - {"NaN"} == {"0"}, (history, speedups)
+    speedup = float(prom_query(base, "specwatch_speedup_ratio")[0]["value"][1])
+    assert speedup == pytest.approx(92.9 / 90, rel=0.06)
