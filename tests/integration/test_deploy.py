@@ -35,8 +35,8 @@ def load_build():
 def exported_names() -> set[str]:
     names = set()
     for fam in Exporter(("spec", "baseline"), (60, 300)).registry.collect():
-        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "summary": ["", "_sum", "_count"],
-                    "gauge": [""]}[fam.type]
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"],
+                    "summary": ["", "_sum", "_count"], "gauge": [""]}[fam.type]
         names |= {fam.name + s for s in suffixes}
     return names
 

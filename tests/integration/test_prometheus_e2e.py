@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_deploy import RULES, load_build
 
 from conftest import Procs, free_port, http_get, specwatch_cmd, wait_until
-from test_deploy import RULES, load_build
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
