@@ -116,6 +116,8 @@ def summarize(stats: Stats, records: list[RequestRecord], wall_s: float, server_
         "accept_length_client": stats.accept_length,
         "accept_length_server_per_request": stats.server_accept_length,
         "accept_length_server_lifetime": server_avg,
+        "verify_rounds": stats.verify_ct,
+        "position_acceptance": list(stats.position_acceptance),
         "outcomes": outcome_counts(stats),
         "out_of_range": dict(stats.out_of_range),
         "approximated_token_counts": stats.approx_requests,
@@ -186,7 +188,14 @@ async def _server_avg_accept(session: aiohttp.ClientSession, info: ServerInfo, b
     return None
 
 
-async def bench(a: argparse.Namespace) -> int:
+class DetectError(Exception):
+    pass
+
+
+async def collect(a: argparse.Namespace) -> dict[str, Any]:
+    """Run the benchmark, printing the seed script's lines and the report; return the results document.
+
+    Raises ``DetectError`` when ``--api auto`` cannot reach or recognise the server."""
     plist = prompt_sets.load(a.prompts) if a.prompts else prompt_sets.builtin()
     plan = LoadPlan(concurrency=a.concurrency, rate_per_s=a.rate, poisson=a.poisson, max_in_flight=a.max_in_flight,
                     warmup=a.warmup, requests=a.num_runs, seed=a.seed)
@@ -200,9 +209,8 @@ async def bench(a: argparse.Namespace) -> int:
             info = await detect(session, a.server_url, a.api)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             if a.api == "auto":
-                print(f"specwatch bench: cannot detect the API of {a.server_url}: {exc or type(exc).__name__}. "
-                      "Start the server or pass --api.", file=sys.stderr)
-                return 1
+                raise DetectError(f"cannot detect the API of {a.server_url}: {exc or type(exc).__name__}. "
+                                  "Start the server or pass --api.") from None
             info = ServerInfo(a.api, "default", None, {})
         target = Target("spec", a.server_url, info.api, info.model)
         mode = f"rate={a.rate}/s{' poisson' if a.poisson else ''}" if a.rate else f"concurrency={a.concurrency}"
@@ -222,23 +230,38 @@ async def bench(a: argparse.Namespace) -> int:
         hlog_file.close()
     measured = printer.records
     first_send = min((r.sent_ns for r in measured), default=end_ns)
-    wall = (end_ns - first_send) / 1e9
     stats = recorder.cumulative.get("spec", Stats())
-    summary = summarize(stats, measured, wall, server_avg)
+    summary = summarize(stats, measured, (end_ns - first_send) / 1e9, server_avg)
     print_report(summary, dict(recorder.by_domain), measured)
+    return {"server_url": a.server_url, "api": info.api, "model": info.model, "server_info": info.info,
+            "config": {k: v for k, v in vars(a).items() if k not in ("json", "hlog")},
+            "results": summary,
+            "by_domain": {d: {"ok": st.outcomes.get("ok", 0), "decode_tokens_per_second":
+                              st.decode_tokens_per_second, "accept_length": st.accept_length}
+                          for d, st in sorted(recorder.by_domain.items())},
+            "runs": [_run_doc(r) for r in measured]}
+
+
+def all_failed(doc: dict[str, Any]) -> str | None:
+    """The reasons when every measured request failed, else None."""
+    runs = doc["runs"]
+    if runs and all(r["outcome"] != "ok" for r in runs):
+        return "; ".join(sorted({f"{r['outcome']}: {r['error']}" for r in runs})[:3])
+    return None
+
+
+async def bench(a: argparse.Namespace) -> int:
+    try:
+        doc = await collect(a)
+    except DetectError as exc:
+        print(f"specwatch bench: {exc}", file=sys.stderr)
+        return 1
     if a.json:
-        doc = {"server_url": a.server_url, "api": info.api, "model": info.model, "server_info": info.info,
-               "config": {k: v for k, v in vars(a).items() if k not in ("json", "hlog")},
-               "results": summary,
-               "by_domain": {d: {"ok": st.outcomes.get("ok", 0), "decode_tokens_per_second":
-                                 st.decode_tokens_per_second, "accept_length": st.accept_length}
-                             for d, st in sorted(recorder.by_domain.items())},
-               "runs": [_run_doc(r) for r in measured]}
         with open(a.json, "wb") as f:
             f.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    if measured and all(not r.ok for r in measured):
-        reasons = sorted({f"{r.outcome}: {r.error}" for r in measured})
-        print(f"specwatch bench: every request failed ({'; '.join(reasons[:3])})", file=sys.stderr)
+    reasons = all_failed(doc)
+    if reasons:
+        print(f"specwatch bench: every request failed ({reasons})", file=sys.stderr)
         return 1
     return 0
 

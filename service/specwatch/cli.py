@@ -11,6 +11,8 @@ COMMANDS = {
     "run": ("specwatch.daemon", "the sidecar daemon: probe, tail logs, export Prometheus metrics"),
     "demo": ("specwatch.demo", "simulator + daemon + live terminal view, on this machine"),
     "parse-log": ("specwatch.parse_log", "accept-length statistics of saved server logs"),
+    "sweep": ("specwatch.sweep", "launch, bench and compare draft configurations unattended"),
+    "advise": ("specwatch.sweep:advise_main", "explain a sweep with the cycle model and predict untested steps"),
 }
 
 
@@ -34,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     if entry is None:
         print(f"specwatch: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(entry[0])
-    rc: int = module.main(argv[1:])
+    module_name, _, func = entry[0].partition(":")
+    module = importlib.import_module(module_name)
+    rc: int = getattr(module, func or "main")(argv[1:])
     return rc
 
 

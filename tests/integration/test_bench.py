@@ -108,7 +108,7 @@ def test_open_loop_pause_shows_in_intended_start_latency_and_schedule_lag(procs,
     assert max(e2e) > pause_s
     worst = max(range(len(runs)), key=lambda i: lags[i])
     assert e2e[worst] == pytest.approx(lags[worst] + service[worst], abs=0.01)
-    assert sorted(lags)[len(lags) // 4] < 0.05  # most requests were on schedule
+    assert max(lags[:6]) < 0.05  # before the pause (8 requests had finished when it began) they ran on schedule
 
 
 def test_every_failure_becomes_a_record_and_bench_keeps_going(tmp_path):

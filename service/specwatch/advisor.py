@@ -1,0 +1,187 @@
+"""The speculation advisor: a model of one speculative cycle fitted to a sweep's measurements. Pure.
+
+    cycle(s) = s × draft_step + verify(d),   verify(d) = verify_1 + extra × (1 − exp(−(d − 1) / tau))
+    accept length(s) = 1 + Σ_{i ≤ s} a_i     (a_i: share of rounds that accept draft position i)
+    tok/s(s) = accept length(s) / cycle(s)
+
+``s`` is the number of draft steps and ``d`` the verify width (draft tokens, ``s + 1`` for a chain). The
+per-position acceptance ``a_i`` is a property of the draft model on this traffic, not of ``s``: it is pooled
+over every measured configuration that drafted position ``i`` (from SGLang's per-request histogram of
+accepted drafts) and extrapolated geometrically beyond the longest chain measured. The cycle parameters
+come from least squares on the measured cycle times (accept length ÷ decode tok/s), for each ``tau`` on a
+grid; the plain-decoding baseline pins ``verify_1``. A verify cost that saturates is what a mixture-of-
+experts target shows; a dense target fits with a large ``tau`` (nearly linear).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    label: str
+    steps: int  # 0 = plain decoding
+    draft_tokens: int  # verify width (1 for plain decoding)
+    tokens_per_second: float  # the seed's tok/s: output tokens / request time
+    decode_tokens_per_second: float
+    accept_length: float  # client-side, 1.0 for plain decoding
+    position_acceptance: tuple[float, ...] = ()
+    verify_rounds: int = 0
+
+    @property
+    def cycle_s(self) -> float:
+        return self.accept_length / self.decode_tokens_per_second
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    draft_step_s: float
+    verify_1_s: float
+    verify_extra_s: float
+    tau: float
+    positions: tuple[float, ...]  # pooled per-position acceptance, extrapolated
+    rms_rel_error: float
+
+    def verify_s(self, draft_tokens: int) -> float:
+        return self.verify_1_s + self.verify_extra_s * (1.0 - math.exp(-(draft_tokens - 1) / self.tau))
+
+    def cycle_s(self, steps: int, draft_tokens: int | None = None) -> float:
+        d = steps + 1 if draft_tokens is None else draft_tokens
+        return steps * self.draft_step_s + self.verify_s(d)
+
+    def accept_length(self, steps: int) -> float:
+        return 1.0 + sum(self.positions[:steps])
+
+    def tokens_per_second(self, steps: int) -> float:
+        return self.accept_length(steps) / self.cycle_s(steps)
+
+
+def pooled_positions(ms: list[Measurement], upto: int) -> tuple[float, ...]:
+    sums: list[float] = []
+    weights: list[float] = []
+    for m in ms:
+        w = float(m.verify_rounds or 1)
+        for i, a in enumerate(m.position_acceptance):
+            if i >= len(sums):
+                sums.append(0.0)
+                weights.append(0.0)
+            sums[i] += a * w
+            weights[i] += w
+    pos = [s / w for s, w in zip(sums, weights, strict=True) if w > 0]
+    if not pos:  # no histograms reported: spread each config's accept length evenly is all we can do
+        return ()
+    while len(pos) < upto:
+        ratio = pos[-1] / pos[-2] if len(pos) > 1 and pos[-2] > 0 else 0.5
+        pos.append(pos[-1] * min(1.0, ratio))
+    return tuple(pos[:upto])
+
+
+def _solve(rows: list[list[float]], ys: list[float], ws: list[float], active: list[int]) -> list[float]:
+    """Weighted least squares on the active columns (Gaussian elimination on the normal equations)."""
+    n = len(active)
+    ata = [[sum(w * r[a] * r[b] for r, w in zip(rows, ws, strict=True)) for b in active] for a in active]
+    atb = [sum(w * r[a] * y for r, y, w in zip(rows, ys, ws, strict=True)) for a in active]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda k: abs(ata[k][col]))
+        if abs(ata[piv][col]) < 1e-18:
+            raise ZeroDivisionError
+        ata[col], ata[piv] = ata[piv], ata[col]
+        atb[col], atb[piv] = atb[piv], atb[col]
+        for k in range(n):
+            if k != col:
+                f = ata[k][col] / ata[col][col]
+                ata[k] = [x - f * y for x, y in zip(ata[k], ata[col], strict=True)]
+                atb[k] -= f * atb[col]
+    return [atb[i] / ata[i][i] for i in range(n)]
+
+
+def _nonneg_fit(rows: list[list[float]], ys: list[float], ws: list[float]) -> list[float] | None:
+    active = list(range(len(rows[0])))
+    while active:
+        try:
+            sol = _solve(rows, ys, ws, active)
+        except ZeroDivisionError:
+            active.pop()
+            continue
+        if all(x >= 0 for x in sol):
+            out = [0.0] * len(rows[0])
+            for i, x in zip(active, sol, strict=True):
+                out[i] = x
+            return out
+        active = [i for i, x in zip(active, sol, strict=True) if x >= 0] or active[:-1]
+    return None
+
+
+def fit(ms: list[Measurement], max_steps: int = 12) -> Fit:
+    if len(ms) < 2:
+        raise ValueError("the advisor needs at least two measured configurations")
+    spec = [m for m in ms if m.steps > 0]
+    upto = max([max_steps, *(m.steps for m in ms)])
+    positions = pooled_positions(spec, upto)
+    ys = [m.cycle_s for m in ms]
+    ws = [1.0 / y**2 for y in ys]  # relative errors
+    best: Fit | None = None
+    for k in range(121):
+        tau = 0.25 * (200.0 / 0.25) ** (k / 120)  # log grid 0.25 .. 200
+        rows = [[float(m.steps), 1.0, 1.0 - math.exp(-(m.draft_tokens - 1) / tau)] for m in ms]
+        sol = _nonneg_fit(rows, ys, ws)
+        if sol is None:
+            continue
+        pred = [sum(a * b for a, b in zip(r, sol, strict=True)) for r in rows]
+        rms = math.sqrt(sum(((p - y) / y) ** 2 for p, y in zip(pred, ys, strict=True)) / len(ys))
+        if best is None or rms < best.rms_rel_error - 1e-12:
+            best = Fit(sol[0], sol[1], sol[2], tau, positions, rms)
+    if best is None:
+        raise ValueError("could not fit the cycle model to these measurements")
+    return best
+
+
+def from_results(configs: list[dict[str, Any]]) -> list[Measurement]:
+    """Measurements from sweep results (one dict per finished configuration)."""
+    out = []
+    for c in configs:
+        r = c.get("results") or {}
+        if c.get("status") != "ok" or not r.get("decode_tokens_per_second"):
+            continue
+        steps = int(c.get("steps", 0))
+        out.append(Measurement(
+            label=c["label"], steps=steps, draft_tokens=int(c.get("draft_tokens") or steps + 1),
+            tokens_per_second=r["overall_tokens_per_second"], decode_tokens_per_second=r["decode_tokens_per_second"],
+            accept_length=r.get("accept_length_client") or 1.0,
+            position_acceptance=tuple(r.get("position_acceptance") or ()), verify_rounds=r.get("verify_rounds") or 0))
+    return out
+
+
+def report(ms: list[Measurement], f: Fit, baseline_tps: float | None, predict: range) -> str:
+    lines = ["Cycle model: cycle(s) = s x draft_step + verify(d), "
+             "verify(d) = verify_1 + extra x (1 - exp(-(d-1)/tau))",
+             f"  draft step {f.draft_step_s * 1e3:.2f} ms, verify_1 {f.verify_1_s * 1e3:.2f} ms, extra "
+             f"{f.verify_extra_s * 1e3:.2f} ms, tau {f.tau:.2f}; fit error {100 * f.rms_rel_error:.1f}% rms",
+             "  per-position acceptance (pooled): " + ", ".join(f"{a:.3f}" for a in f.positions[:10]), "",
+             f"{'configuration':<22}{'tok/s':>8}{'model':>8}{'accept':>8}{'cycle ms':>10}{'draft':>7}{'verify':>8}"
+             f"{'break-even':>12}"]
+    for m in sorted(ms, key=lambda m: m.steps):
+        cyc = f.cycle_s(m.steps, m.draft_tokens)
+        draft = m.steps * f.draft_step_s
+        be = f"{cyc * baseline_tps:.2f}" if baseline_tps and m.steps else "-"
+        lines.append(f"{m.label:<22}{m.decode_tokens_per_second:>8.1f}{m.accept_length / cyc:>8.1f}"
+                     f"{m.accept_length:>8.2f}{cyc * 1e3:>10.2f}{100 * draft / cyc:>6.0f}%"
+                     f"{100 * (cyc - draft) / cyc:>7.0f}%"
+                     f"{be:>12}")
+    tested = {m.steps for m in ms}
+    lines += ["", "Predicted (decode tok/s):"]
+    for s in predict:
+        mark = "" if s not in tested else "  (measured)"
+        vs = f"  {100 * (f.tokens_per_second(s) / baseline_tps - 1):+.1f}% vs baseline" if baseline_tps else ""
+        lines.append(f"  steps {s:>2}: accept length {f.accept_length(s):.2f}, cycle {f.cycle_s(s) * 1e3:.2f} ms, "
+                     f"{f.tokens_per_second(s):.1f} tok/s{vs}{mark}")
+    best = max(predict, key=f.tokens_per_second)
+    verdict = ""
+    if baseline_tps:
+        verdict = (" - beats plain decoding" if f.tokens_per_second(best) > baseline_tps
+                   else " - no step count beats plain decoding: run without speculation")
+    lines.append(f"Best predicted: {best} steps at {f.tokens_per_second(best):.1f} tok/s{verdict}")
+    return "\n".join(lines)
