@@ -8,23 +8,14 @@ time.process_time(); the server runs in another process.
 """
 
 import argparse
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import aiohttp
 import orjson
 
+from common import free_port, start_fastserver
 from specwatch.client import Attempt, GenParams, Target, Timeouts, execute, make_session
 from specwatch.prompts import Prompt
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def bare(session: aiohttp.ClientSession, url: str, tokens: int) -> int:
@@ -56,10 +47,8 @@ async def ours(session: aiohttp.ClientSession, url: str, tokens: int) -> int:
 
 async def main(requests: int, tokens: int, rounds: int) -> None:
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fastserver.py")), str(port)],
-                              stdout=subprocess.PIPE, text=True)
+    server = start_fastserver(port)
     try:
-        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         url = f"http://127.0.0.1:{port}"
         async with make_session(8, Timeouts()) as session:
             await bare(session, url, tokens)

@@ -8,13 +8,15 @@ then roll over hundreds of times; memory held by the windows is bounded by (wind
 
 import argparse
 import asyncio
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
+from common import free_port, start_fastserver
 from specwatch.config import Config
 from specwatch.daemon import Daemon
+
+
+def marks_for(total: int) -> list[int]:
+    return sorted({min(1_000, total), min(10_000, total), total // 2, total})
 
 
 def rss_mib() -> float:
@@ -24,18 +26,11 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 async def main(total: int) -> None:
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fastserver.py")), str(port)],
-                              stdout=subprocess.PIPE, text=True)
+    server = start_fastserver(port)
     try:
-        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         cfg = Config(server_url=f"http://127.0.0.1:{port}", api="sglang", listen=f"127.0.0.1:{free_port()}",
                      interval_s=0.05, verdict_window_s=1, windows_s="5", concurrency=8, pause_s=0, max_tokens=9,
                      baseline_tps=90, view="log")
@@ -47,7 +42,7 @@ async def main(total: int) -> None:
                 while True:
                     n = sum(st.requests for st in d.recorder.cumulative.values()) + sum(
                         st.requests for st in d.recorder.current.values())
-                    for mark in (1_000, 10_000, total // 2, total):
+                    for mark in marks_for(total):
                         if n >= mark and mark not in marks:
                             marks[mark] = rss_mib()
                             print(f"{n:>8} probes: RSS {marks[mark]:.1f} MiB", flush=True)
@@ -61,8 +56,9 @@ async def main(total: int) -> None:
             await watcher
     finally:
         server.terminate()
-    print(f"RSS after {total} probes / after 10000 (windows full): {marks[total] / marks[10_000]:.2f}x; "
-          f"/ after 1000 (windows still filling): {marks[total] / marks[1_000]:.2f}x")
+    full = min(10_000, total)
+    print(f"RSS after {total} probes / after {full} (windows full): {marks[total] / marks[full]:.2f}x; "
+          f"/ after 1000 (windows still filling): {marks[total] / marks[min(1_000, total)]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 ``s`` is the number of draft steps and ``d`` the verify width (draft tokens, ``s + 1`` for a chain). The
 per-position acceptance ``a_i`` is a property of the draft model on this traffic, not of ``s``: it is pooled
 over every measured configuration that drafted position ``i`` (from SGLang's per-request histogram of
-accepted drafts) and extrapolated geometrically beyond the longest chain measured. The cycle parameters
+accepted drafts, or the per-position rates in vLLM's log lines) and extrapolated geometrically beyond the
+longest chain measured. The cycle parameters
 come from least squares on the measured cycle times (accept length ÷ decode tok/s), for each ``tau`` on a
 grid; the plain-decoding baseline pins ``verify_1``. A verify cost that saturates is what a mixture-of-
 experts target shows; a dense target fits with a large ``tau`` (nearly linear).
@@ -150,8 +151,10 @@ def from_results(configs: list[dict[str, Any]]) -> list[Measurement]:
         out.append(Measurement(
             label=c["label"], steps=steps, draft_tokens=int(c.get("draft_tokens") or steps + 1),
             tokens_per_second=r["overall_tokens_per_second"], decode_tokens_per_second=r["decode_tokens_per_second"],
-            accept_length=r.get("accept_length_client") or 1.0,
-            position_acceptance=tuple(r.get("position_acceptance") or ()), verify_rounds=r.get("verify_rounds") or 0))
+            accept_length=r.get("accept_length_client") or c.get("log_accept_length") or 1.0,
+            # SGLang: the probe's per-request histograms; vLLM: the per-position rates of its log lines
+            position_acceptance=tuple(r.get("position_acceptance") or c.get("log_position_acceptance") or ()),
+            verify_rounds=r.get("verify_rounds") or 0))
     return out
 
 

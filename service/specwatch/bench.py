@@ -151,6 +151,9 @@ def print_report(s: dict[str, Any], by_domain: dict[str, Stats], records: list[R
             print(f"    last {k}: {err}")
     else:
         print("  Failures:      none")
+    if s["out_of_range"]:
+        print("  Out of range:  " + ", ".join(f"{k}={v}" for k, v in s["out_of_range"].items())
+              + " (values outside the HDR histograms' range, counted and left out)")
     if s["approximated_token_counts"]:
         print(f"  Note: {s['approximated_token_counts']} request(s) had no per-chunk usage; per-chunk token "
               "counts were apportioned from the final total")

@@ -250,13 +250,18 @@ class Daemon:
             "server": {"last": {k: _sample_dict(s) for k, s in self.samples.last.items()},
                        "windows": {window_label(w): a for w, a in self.samples.averages.items()}},
             "verdict": verdict | {"accept_length": accept},
-            "log": {"source": type(src).__name__ if src else None, "up": bool(src and src.state.up),
+            "log": {"source": self._source_text(), "up": bool(src and src.state.up),
                     "error": src.state.last_error if src else "", "lines": {
                         r: self.ingest.counts.get(r, 0) for r in ("parsed", "ignored", "malformed")},
                     "skipped": dict(src.state.skipped) if src else {},
                     "last_sample_age_s": round(time.time() - self.ingest.last_sample_wall, 1)
                     if self.ingest.last_sample_wall else None},
         }
+
+    def _source_text(self) -> str | None:
+        c = self.cfg
+        return (f"file {c.log_file}" if c.log_file else f"command {c.log_cmd!r}" if c.log_cmd
+                else "stdin" if c.log_stdin else None)
 
     # ---- HTTP ----------------------------------------------------------------------------------
     def app(self) -> web.Application:

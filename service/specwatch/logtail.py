@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MAX_LINE_BYTES = 64 * 1024
+log = logging.getLogger("specwatch.logs")
 SKIP_REASONS = ("too_long", "binary", "partial")
 
 
@@ -165,6 +167,7 @@ class CommandSource:
             except OSError as exc:
                 self.state.up = False
                 self.state.last_error = f"cannot start log command: {exc}"
+                log.warning("%s; retrying in %.1fs", self.state.last_error, backoff)
             else:
                 self.state.up = True
                 try:
@@ -180,6 +183,7 @@ class CommandSource:
                         await proc.wait()
                 self.split.flush_partial()
                 self.state.up = False
+                log.warning("log command %r exited with status %s; restarting in %.1fs", self.cmd, rc, backoff)
             self.state.restarts += 1
             if loop.time() - started > 30:
                 backoff = 0.5

@@ -129,18 +129,29 @@ def wait_ready(url: str, server: Server | None, timeout_s: float) -> None:
         time.sleep(1.0)
 
 
-def log_accept_length(path: Path, offset: int) -> float | None:
-    """Mean accept length of the decode / SpecDecoding lines written after ``offset``."""
+def log_stats(path: Path, offset: int) -> dict[str, Any]:
+    """From the decode / SpecDecoding lines written after ``offset``: mean accept length and (vLLM) the
+    per-position acceptance weighted by drafted tokens."""
     try:
         with path.open("rb") as f:
             f.seek(offset)
             data = f.read()
     except OSError:
-        return None
-    values = [v.sample.accept_length for ln in data.decode("utf-8", "replace").splitlines()
-              if (v := parse_line(ln)).sample is not None and v.sample.accept_length is not None
-              and v.sample.source != "sglang_prefill"]
-    return sum(values) / len(values) if values else None
+        return {"log_accept_length": None, "log_position_acceptance": []}
+    samples = [v.sample for ln in data.decode("utf-8", "replace").splitlines()
+               if (v := parse_line(ln)).sample is not None and v.sample.source != "sglang_prefill"]
+    lengths = [s.accept_length for s in samples if s.accept_length is not None]
+    pos: list[float] = []
+    weight = 0.0
+    for s in samples:
+        if s.position_acceptance:
+            w = float(s.drafted_tokens or 1)
+            pos += [0.0] * (len(s.position_acceptance) - len(pos))
+            for i, a in enumerate(s.position_acceptance):
+                pos[i] += a * w
+            weight += w
+    return {"log_accept_length": sum(lengths) / len(lengths) if lengths else None,
+            "log_position_acceptance": [p / weight for p in pos] if weight else []}
 
 
 def bench_args(a: argparse.Namespace, url: str) -> argparse.Namespace:
@@ -179,7 +190,7 @@ def run_one(a: argparse.Namespace, name: str, cfg: dict[str, str], launch: str |
         result.update(status="ok", results=doc["results"], runs=doc["runs"], server_info=info,
                       steps=int(info.get("speculative_num_steps") or 0) if info.get("speculative_algorithm") else 0,
                       draft_tokens=int(info.get("speculative_num_draft_tokens") or 1),
-                      log_accept_length=log_accept_length(log_path, offset) if log_path else None)
+                      **(log_stats(log_path, offset) if log_path else {}))
         if not info and "steps" in cfg:  # an OpenAI-only server does not say: trust the template
             result.update(steps=int(cfg["steps"]), draft_tokens=int(cfg["steps"]) + 1)
     except (SweepError, bench_mod.DetectError, OSError) as exc:
