@@ -151,7 +151,10 @@ class Attempt:
             self.tokens = ct
         self.counted = True
         self.prompt_tokens = _int(meta.get("prompt_tokens")) or self.prompt_tokens
-        if meta.get("finish_reason") is not None:
+        fin = meta.get("finish_reason")
+        if fin is not None:
+            if isinstance(fin, dict) and fin.get("type") == "abort":
+                raise StreamProtocolError(f"request aborted by the server: {str(fin.get('message', ''))[:160]}")
             self.final_tokens = ct
             self.spec = _spec_from_meta(meta)
 
@@ -182,6 +185,8 @@ class Attempt:
             self.chunk_chars.append(len(text))
         if isinstance(ct, int) and not choices:
             self.final_tokens = ct
+        if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason") == "abort":
+            raise StreamProtocolError("request aborted by the server")
         ext = obj.get("sglext")
         if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
             self.spec = _spec_from_meta(ext["spec_tokens_details"])

@@ -44,11 +44,12 @@ def main(argv: list[str]) -> int:
     log_file = tmp / "sglang.log"
     spec_url, base_url = f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{a.port + 1}"
     sim = [sys.executable, "-m", "specwatch", "sim", "--profile", "seed", "--quiet"]
+    # own sessions: Ctrl-C reaches the daemon, which drains its probes before the simulators are stopped
     procs = [
         subprocess.Popen([*sim, "--port", str(a.port), "--speculative-algorithm", "EAGLE3",
                           "--speculative-num-steps", str(a.steps), "--speculative-eagle-topk", "1",
-                          "--log-file", str(log_file), "--control-port", str(a.port + 2)]),
-        subprocess.Popen([*sim, "--port", str(a.port + 1)]),
+                          "--log-file", str(log_file), "--control-port", str(a.port + 2)], start_new_session=True),
+        subprocess.Popen([*sim, "--port", str(a.port + 1)], start_new_session=True),
     ]
     try:
         for url, proc in zip((spec_url, base_url), procs, strict=True):

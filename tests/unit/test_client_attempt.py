@@ -86,3 +86,12 @@ def test_payloads_ask_for_what_the_client_needs():
     chat = build_payload(Target("spec", "u", "chat", "m"), P, params)
     assert chat["messages"] == [{"role": "user", "content": "def f():"}]
     assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+def test_a_request_the_server_aborted_is_a_stream_error():
+    a = attempt("sglang")
+    a.handle(sg(1), 1)
+    abort = orjson.dumps({"text": "x", "meta_info": {"id": "r", "finish_reason": {"type": "abort", "message":
+                          "server shutting down"}, "completion_tokens": 3, "prompt_tokens": 5}})
+    with pytest.raises(StreamProtocolError, match="aborted by the server: server shutting down"):
+        a.handle(abort, 2)

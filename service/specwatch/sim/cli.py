@@ -192,6 +192,7 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
             task.result()  # an engine bug: crash loudly
     finally:
         task.cancel()
+        engine.shutdown()
         for runner in runners:
             await runner.cleanup()
     return 0

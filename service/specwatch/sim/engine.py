@@ -122,16 +122,22 @@ class Engine:
         self.waiting.append(req)
         self._wake.set()
 
-    def abort(self, req: SimRequest) -> None:
+    def abort(self, req: SimRequest, message: str = "client disconnected") -> None:
         if req.finish_reason is not None:
             return
         if req in self.waiting:
             self.waiting.remove(req)
         if req in self.running:
             self.running.remove(req)
-        req.finish_reason = {"type": "abort", "message": "client disconnected"}
+        req.finish_reason = {"type": "abort", "message": message}
         self.counters["aborted"] += 1
         self._record(req, "aborted")
+
+    def shutdown(self) -> None:
+        """Abort every request and tell its stream, so that handlers finish and the server can stop at once."""
+        for req in [*self.running, *self.waiting]:
+            self.abort(req, "server shutting down")
+            req.queue.put_nowait(Snapshot("".join(req.parts), req.completion_tokens, True, req.finish_reason))
 
     @property
     def avg_spec_accept_length(self) -> float | None:
