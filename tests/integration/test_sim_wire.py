@@ -248,12 +248,11 @@ def test_port_in_use_fails_cleanly(procs):
 
 async def test_sigterm_aborts_streams_in_flight_and_exits_promptly(procs):
     sim = procs.sim(*SPEC)
-    async with aiohttp.ClientSession() as s:
-        async with s.post(sim.url + "/generate", json={"text": "a", "stream": True, "sampling_params": {
-                "max_new_tokens": 20000, "ignore_eos": True}}) as r:
-            first = await r.content.readuntil(b"\n\n")
-            sim.popen.send_signal(signal.SIGTERM)
-            rest = first + await asyncio.wait_for(r.content.read(), 10)
+    body = {"text": "a", "stream": True, "sampling_params": {"max_new_tokens": 20000, "ignore_eos": True}}
+    async with aiohttp.ClientSession() as s, s.post(sim.url + "/generate", json=body) as r:
+        first = await r.content.readuntil(b"\n\n")
+        sim.popen.send_signal(signal.SIGTERM)
+        rest = first + await asyncio.wait_for(r.content.read(), 10)
     events = [e for e in rest.split(b"\n\n") if e.startswith(b"data: {")]
     last = json.loads(events[-1][len(b"data: "):])["meta_info"]["finish_reason"]
     assert last == {"type": "abort", "message": "server shutting down"}
