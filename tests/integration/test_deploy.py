@@ -187,3 +187,11 @@ def test_compose_files_cross_check(name):
     # the specwatch sidecar and the server share the log volume
     spec_logs = [v for v in services["specwatch"]["volumes"] if v.endswith(":ro")]
     assert spec_logs and spec_logs[0].split(":")[0] in {v.split(":")[0] for v in services["sglang"]["volumes"]}
+
+
+def test_every_exported_metric_is_documented_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    families = {f.name for f in Exporter(("spec",), (60,)).registry.collect()}
+    documented = set(re.findall(r"`(specwatch_[a-z0-9_]+)`", readme))
+    missing = {n for n in families if n not in documented and n + "_total" not in documented}
+    assert missing == set()
