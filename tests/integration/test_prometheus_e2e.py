@@ -6,6 +6,7 @@ The shipped rules are used as they are, except ``for:``, which ``shorten_for`` r
 rule evaluations instead of the production 10 s / 5 m)."""
 
 import json
+import re
 import urllib.parse
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def alerts(base: str, name: str) -> list[dict]:
     return [a for a in doc["data"]["alerts"] if a["labels"]["alertname"] == name]
 
 
-def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str) -> str:
+def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str):
     log = tmp / "sglang.log"
     sim = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
                     "--speculative-eagle-topk", "1", "--decode-log-interval", "10", "--log-file", str(log), "--quiet",
@@ -58,16 +59,17 @@ def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str) -> str:
         "scrape_configs": [{"job_name": "specwatch", "static_configs": [{"targets": [f"127.0.0.1:{dport}"]}]}],
     }))
     pport = free_port()
-    procs.start([prometheus_bin, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+    prom = procs.start([prometheus_bin, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
                  f"--web.listen-address=127.0.0.1:{pport}"], f"prometheus{steps}")
     base = f"http://127.0.0.1:{pport}"
     wait_until(lambda: http_get(base + "/-/ready", 1)[0] == 200, timeout_s=60, what="prometheus ready")
     wait_until(lambda: prom_query(base, 'up{job="specwatch"} == 1'), timeout_s=30, what="specwatch scraped")
-    return base
+    prom.url = f"http://127.0.0.1:{dport}"  # the daemon it scrapes
+    return base, prom
 
 
 def test_dashboards_return_data_and_the_alert_fires_at_10_steps(procs, tmp_path, prometheus_bin):
-    base = stack(procs, tmp_path, 10, prometheus_bin)
+    base, _ = stack(procs, tmp_path, 10, prometheus_bin)
     firing = wait_until(lambda: [a for a in alerts(base, "SpeculationBelowBaseline") if a["state"] == "firing"],
                         timeout_s=120, what="SpeculationBelowBaseline firing")
     assert float(firing[0]["value"]) == pytest.approx(60.6 / 90, rel=0.08)  # the speedup, as the alert shows it
@@ -85,7 +87,7 @@ def test_dashboards_return_data_and_the_alert_fires_at_10_steps(procs, tmp_path,
 
 
 def test_the_alert_stays_inactive_at_2_steps(procs, tmp_path, prometheus_bin):
-    base = stack(procs, tmp_path, 2, prometheus_bin)
+    base, prom = stack(procs, tmp_path, 2, prometheus_bin)
     wait_until(lambda: prom_query(base, "specwatch_speculation_below_baseline == 0"), timeout_s=120,
                what="a verdict of 0 in Prometheus")
     # keep watching for well past the shortened for: (3 s) while new probes arrive
@@ -98,3 +100,15 @@ def test_the_alert_stays_inactive_at_2_steps(procs, tmp_path, prometheus_bin):
     assert {v for _, v in history} - {"NaN"} == {"0"}, (history, speedups)
     speedup = float(prom_query(base, "specwatch_speedup_ratio")[0]["value"][1])
     assert speedup == pytest.approx(92.9 / 90, rel=0.06)
+    # Prometheus going away does not affect the sidecar: it keeps probing and serving /metrics
+    assert prom.stop() == 0
+    daemon = prom.url
+    before = _ok_probes(daemon)
+    wait_until(lambda: _ok_probes(daemon) >= before + 2, timeout_s=30, what="probes continue without Prometheus")
+    assert http_get(daemon + "/healthz")[0] == 200
+
+
+def _ok_probes(daemon_url: str) -> float:
+    text = http_get(daemon_url + "/metrics")[1].decode()
+    return float(re.search(r'^specwatch_probe_requests_total\{outcome="ok",target="spec"\} (\S+)$', text,
+                           re.M).group(1))
