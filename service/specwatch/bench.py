@@ -141,7 +141,7 @@ def print_report(s: dict[str, Any], by_domain: dict[str, Stats], records: list[R
     print(f"  Accept length: client {_fmt(s['accept_length_client'])}"
           + (f", server {server:.2f}" if server is not None else "")
           + ("" if s["accept_length_client"] is not None else "  (server reports no spec_verify_ct)"))
-    if lat["schedule_lag"]["p99"]:
+    if (lat["schedule_lag"]["p99"] or 0) > 0.001:
         print(f"  Schedule lag:  p99 {_ms(lat['schedule_lag']['p99'])}  (latency is measured from the intended start)")
     failed = {k: v for k, v in s["outcomes"].items() if k != "ok" and v}
     if failed:

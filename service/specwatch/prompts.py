@@ -37,6 +37,7 @@ class Prompt:
 
 
 def builtin() -> list[Prompt]:
+    """The 50 built-in prompts, domains interleaved so that even a short run covers all five."""
     raw = importlib.resources.files("specwatch").joinpath("data/prompts.jsonl").read_bytes()
     return [_from_obj(orjson.loads(line), f"builtin:{i}", i) for i, line in enumerate(raw.splitlines(), 1)]
 
