@@ -178,7 +178,7 @@ def test_second_signal_exits_at_once(procs, tmp_path):
     wait_until(lambda: sim_truth(spec)["counters"] or (len(spec.control) and
                http_json(spec.url + "/get_server_info")["internal_states"][0]["load"] > 0), what="a probe in flight")
     d.popen.send_signal(signal.SIGTERM)
-    time.sleep(0.3)  # not synchronisation: gives the first signal time to be handled before the second
+    wait_until(lambda: "stopping: draining" in d.output(), what="the first signal handled")
     t0 = time.monotonic()
     d.popen.send_signal(signal.SIGTERM)
     assert d.popen.wait(10) == 130

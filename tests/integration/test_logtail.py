@@ -85,8 +85,8 @@ async def test_missing_file_is_waited_for_and_read_from_its_start(tmp_path):
     f = FileFollower(str(path), got.append, poll_s=0.01)
     task = asyncio.create_task(f.run())
     try:
-        await asyncio.sleep(0.1)
-        assert not f.state.up and "No such file" in f.state.last_error
+        await until(lambda: "No such file" in f.state.last_error)
+        assert not f.state.up
         write(path, ["first", "second"], "w")
         await until(lambda: got == ["first", "second"])
         assert f.state.up
