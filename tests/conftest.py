@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -164,16 +163,3 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
 
 def sim_truth(proc: Proc) -> dict[str, Any]:
     return http_json(proc.control + "/truth")
-
-
-@contextlib.contextmanager
-def env_var(key: str, value: str) -> Iterator[None]:
-    old = os.environ.get(key)
-    os.environ[key] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[key]
-        else:
-            os.environ[key] = old

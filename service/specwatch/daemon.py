@@ -30,7 +30,7 @@ from .ingest import LogIngest
 from .load import LoadPlan, PromptCycle
 from .load import run as run_load
 from .logtail import CommandSource, FileFollower, LogSource, StdinSource
-from .metrics import Exporter, window_label
+from .metrics import LOG_RESULTS, Exporter, window_label
 from .recorder import LATENCY_METRICS, HlogWriter, Recorder, SampleWindows, Stats
 from .records import RequestRecord, ServerSample
 from .scrape import ScrapeState, samples_from_text
@@ -53,7 +53,8 @@ class Daemon:
         self.samples = SampleWindows(windows)
         self.judge = Judge(cfg.hysteresis, cfg.min_requests)
         self.view = View(cfg.view, out)
-        self.ingest = LogIngest(self._on_sample_log, lambda r: self.exporter.log_lines.labels(r).inc())
+        line_counters = {r: self.exporter.log_lines.labels(r) for r in LOG_RESULTS}  # resolved once, not per line
+        self.ingest = LogIngest(self._on_sample_log, lambda r: line_counters[r].inc())
         self.source: LogSource | None = self._make_source()
         self.stop = asyncio.Event()
         self.started = time.monotonic()
@@ -84,9 +85,13 @@ class Daemon:
     def on_record(self, rec: RequestRecord) -> None:
         self.recorder.record(rec)
         self.exporter.observe_record(rec)
-        self.up[rec.target] = rec.outcome.value != "connect_error"
+        self._set_up(rec.target, rec.outcome.value != "connect_error")
         if rec.ok:
             self.last_ok[rec.target] = time.monotonic()
+
+    def _set_up(self, target: str, up: bool) -> None:
+        self.up[target] = up
+        self.exporter.target_up.labels(target).set(1 if up else 0)
 
     def _on_sample_log(self, s: ServerSample) -> None:
         self.samples.record(s, time.monotonic())
@@ -119,7 +124,7 @@ class Daemon:
             try:
                 info = await detect(session, url, self.cfg.api)
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                self.up[name] = False
+                self._set_up(name, False)
                 log.warning("target %s (%s) not reachable yet: %s", name, url, exc or type(exc).__name__)
                 if self.cfg.api != "auto":
                     return Target(name, url, self.cfg.api)
@@ -129,8 +134,7 @@ class Daemon:
                 except TimeoutError:
                     delay = min(5.0, delay * 2)
                 continue
-            self.up[name] = True
-            self.exporter.target_up.labels(name).set(1)
+            self._set_up(name, True)
             self.api[name] = info.api
             log.info("target %s: %s api=%s model=%s speculative=%s", name, url, info.api, info.model,
                      info.speculative)
@@ -196,8 +200,6 @@ class Daemon:
         e.cycle.set(_nan(v.cycle_s))
         e.breakeven.set(_nan(v.breakeven_accept_length))
         e.below.set(float("nan") if v.below_baseline is None else float(v.below_baseline))
-        for tg in self.targets:
-            e.target_up.labels(tg).set(1 if self.up.get(tg) else 0)
         self._sync_counters()
         self.summary = self.build_summary(dataclasses.asdict(v), accept)
         e.tick_seconds.set(time.perf_counter() - t0)
@@ -247,7 +249,7 @@ class Daemon:
             "metrics_url": f"http://{host}:{port}/metrics",
             "targets": {tg: {"up": self.up.get(tg, False)} for tg in self.targets},
             "window": vw, "probe": windows.get(vw, {}), "windows": windows,
-            "server": {"last": {k: _sample_dict(s) for k, s in self.samples.last.items()},
+            "server": {"last": {k: dataclasses.asdict(s) for k, s in self.samples.last.items()},
                        "windows": {window_label(w): a for w, a in self.samples.averages.items()}},
             "verdict": verdict | {"accept_length": accept},
             "log": {"source": self._source_text(), "up": bool(src and src.state.up),
@@ -350,10 +352,6 @@ class Daemon:
 
 def _nan(v: float | None) -> float:
     return float("nan") if v is None else v
-
-
-def _sample_dict(s: ServerSample) -> dict[str, Any]:
-    return dataclasses.asdict(s)
 
 
 def main(argv: list[str]) -> int:

@@ -136,7 +136,6 @@ class Exporter:
             return
         tg = rec.target
         self.requests.labels(tg, rec.outcome.value).inc()
-        self.target_up.labels(tg).set(0 if rec.outcome.value == "connect_error" else 1)
         if not rec.ok or not rec.chunk_ns:
             return
         self.tokens.labels(tg).inc(rec.output_tokens)

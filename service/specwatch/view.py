@@ -44,7 +44,7 @@ def table(s: dict[str, Any]) -> str:
     v = s["verdict"]
     if v.get("baseline_tps") is not None and "baseline" not in s["probe"]:
         lines.append(f"{'baseline':<10}{'':>4}{_f(v['baseline_tps'], '.1f'):>9}   (fixed)")
-    lines.append("verdict: " + verdict_text(v | {"accept_length": s["probe"].get("spec", {}).get("accept_length")}))
+    lines.append("verdict: " + verdict_text(v))
     lg = s["log"]
     if lg["source"]:
         lines.append(f"log: {lg['source']} {'up' if lg['up'] else 'DOWN'}; parsed {lg['lines']['parsed']}, "

@@ -27,8 +27,6 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
-DOMAINS = ("code", "math", "chat", "summary", "creative")
-
 
 @dataclass(frozen=True, slots=True)
 class SpecConfig:
