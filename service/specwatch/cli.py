@@ -7,12 +7,13 @@ import sys
 
 COMMANDS = {
     "sim": ("specwatch.sim.cli", "simulated SGLang server with EAGLE-3 speculative decoding"),
-    "bench": ("specwatch.bench", "benchmark a server: tok/s, TTFT, per-token ITL, accept length"),
-    "run": ("specwatch.daemon", "the sidecar daemon: probe, tail logs, export Prometheus metrics"),
-    "demo": ("specwatch.demo", "simulator + daemon + live terminal view, on this machine"),
-    "parse-log": ("specwatch.parse_log", "accept-length statistics of saved server logs"),
-    "sweep": ("specwatch.sweep", "launch, bench and compare draft configurations unattended"),
-    "advise": ("specwatch.sweep:advise_main", "explain a sweep with the cycle model and predict untested steps"),
+    "bench": ("specwatch.commands.bench", "benchmark a server: tok/s, TTFT, per-token ITL, accept length"),
+    "report": ("specwatch.commands.report", "replay records files from bench --records into the same report"),
+    "run": ("specwatch.commands.run", "the sidecar daemon: probe, tail logs, export Prometheus metrics"),
+    "demo": ("specwatch.commands.demo", "simulator + daemon + live terminal view, on this machine"),
+    "parse-log": ("specwatch.commands.parse_log", "accept-length statistics of saved server logs"),
+    "sweep": ("specwatch.commands.sweep", "launch, bench and compare draft configurations unattended"),
+    "advise": ("specwatch.commands.advise", "explain a sweep with the cycle model and predict untested steps"),
 }
 
 
@@ -36,9 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     if entry is None:
         print(f"specwatch: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module_name, _, func = entry[0].partition(":")
-    module = importlib.import_module(module_name)
-    rc: int = getattr(module, func or "main")(argv[1:])
+    rc: int = importlib.import_module(entry[0]).main(argv[1:])
     return rc
 
 

@@ -1,13 +1,15 @@
-"""Records: the only types that cross module lines. Imports nothing from the project.
+"""Records and closed label sets: the only types that cross module lines. Imports nothing from the project.
 
-Flow: sources (client, log tail, scrape) produce ``RequestRecord`` and ``ServerSample``; the recorder
-consumes them; exporters read the recorder. Times are monotonic nanoseconds unless a name says otherwise.
+Flow: sources (probe client, log tail, scrape) produce ``RequestRecord`` and ``ServerSample``; the recorder
+consumes them and, on its tick, describes each window as ``ProbeWindow`` / ``ServerWindow``; analysis and
+exporters read those. Times are monotonic nanoseconds unless a name says otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class Outcome(StrEnum):
@@ -19,7 +21,16 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"
 
 
+# Closed label sets: every Prometheus label value and JSON key drawn from one of these.
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+APIS = ("sglang", "completions", "chat")
+TARGETS = ("spec", "baseline")
+LOG_RESULTS = ("parsed", "ignored", "malformed")  # every log line gets exactly one
+SKIP_REASONS = ("too_long", "binary", "partial")  # lines dropped before parsing
+SAMPLE_SOURCES = ("sglang_decode", "sglang_prefill", "vllm_spec", "scrape")  # ServerSample.source
+SAMPLE_CHANNELS = ("log", "scrape")  # how a server sample reached us (the ``source`` label of server gauges)
+LATENCY_METRICS = ("ttft", "itl", "inter_chunk", "e2e", "service", "schedule_lag")
+QUANTILES = (0.5, 0.9, 0.99)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,16 +39,13 @@ class SpecStats:
 
     verify_ct: int
     accept_length: float | None = None  # the server's own spec_accept_length (completion / verify_ct)
-    accept_rate: float | None = None
-    correct_drafts: int | None = None
-    proposed_drafts: int | None = None
-    histogram: tuple[int, ...] = ()
+    histogram: tuple[int, ...] = ()  # verify rounds by number of accepted drafts (index 0 = none accepted)
 
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    api: str  # "sglang" | "completions" | "chat"
-    target: str  # "spec" | "baseline"
+    api: str  # one of APIS
+    target: str  # one of TARGETS
     prompt_id: str
     domain: str
     warmup: bool
@@ -50,21 +58,13 @@ class RequestRecord:
     prompt_tokens: int
     output_tokens: int
     outcome: Outcome
-    status: int | None = None
+    status: int | None = None  # HTTP status, when a response arrived
     error: str = ""
     spec: SpecStats | None = None
 
     @property
     def ok(self) -> bool:
         return self.outcome is Outcome.OK
-
-    @property
-    def first_chunk_ns(self) -> int | None:
-        return self.chunk_ns[0] if self.chunk_ns else None
-
-    @property
-    def last_chunk_ns(self) -> int | None:
-        return self.chunk_ns[-1] if self.chunk_ns else None
 
     @property
     def ttft_ns(self) -> int | None:
@@ -89,10 +89,15 @@ class RequestRecord:
         return self.chunk_ns[-1] - self.chunk_ns[0] if len(self.chunk_ns) > 1 else 0
 
     @property
+    def decode_tokens(self) -> int:
+        """Tokens after the first chunk's: the first chunk belongs to prefill (it may carry more than one)."""
+        return self.output_tokens - self.chunk_tokens[0] if self.chunk_tokens else 0
+
+    @property
     def decode_tokens_per_second(self) -> float | None:
-        """(tokens - 1) / (last chunk - first chunk): the first token belongs to prefill."""
+        """decode_tokens / (last chunk - first chunk)."""
         d = self.decode_ns
-        return (self.output_tokens - self.chunk_tokens[0]) * 1e9 / d if d > 0 else None
+        return self.decode_tokens * 1e9 / d if d > 0 else None
 
     @property
     def accept_length(self) -> float | None:
@@ -106,16 +111,68 @@ class RequestRecord:
 class ServerSample:
     """One periodic server report: an SGLang decode/prefill line, a vLLM spec line, or a metrics scrape."""
 
-    source: str  # "sglang_decode" | "sglang_prefill" | "vllm_spec" | "scrape"
+    source: str  # one of SAMPLE_SOURCES
     dp_rank: str = ""
     wall_time: str = ""  # as printed; only labels output
     accept_length: float | None = None
-    accept_rate: float | None = None
-    gen_throughput: float | None = None
+    accept_rate: float | None = None  # 0..1
+    gen_throughput: float | None = None  # tokens/s
     running: int | None = None
     queued: int | None = None
-    token_usage: float | None = None
+    token_usage: float | None = None  # KV-cache usage, 0..1
     accepted_tokens: int | None = None
     drafted_tokens: int | None = None
-    position_acceptance: tuple[float, ...] = ()
+    position_acceptance: tuple[float, ...] = ()  # index 0 = draft position 1
     iteration: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What a bench run was pointed at; written first in a records file so a replay can print the same report."""
+
+    server_url: str
+    api: str
+    model: str
+    server_info: dict[str, Any] = field(default_factory=dict)
+    lifetime_accept_length: float | None = None  # the server's own running average, asked after the run
+    settings: dict[str, Any] = field(default_factory=dict)  # the bench options, as given
+
+
+@dataclass(frozen=True, slots=True)
+class Quantiles:
+    """HDR-exact quantiles of one latency metric over one window, in seconds, with the exact count and sum."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    mean: float | None
+    count: int
+    sum: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeWindow:
+    """One target's probes over one window, computed once per tick and read by every exporter."""
+
+    requests: int
+    ok: int
+    errors: int  # requests - ok
+    outcomes: dict[str, int]  # every OUTCOMES key
+    tokens_per_second: float | None  # token-weighted decode rate
+    tokens_per_second_relative_stderr: float | None  # of the mean per-request decode tok/s
+    accept_length: float | None  # client-side
+    server_reported_accept_length: float | None  # mean of the servers' per-request spec_accept_length
+    tokens_per_chunk: float | None
+    position_acceptance: tuple[float, ...]  # index 0 = draft position 1
+    approximated_requests: int  # token counts apportioned from a final total
+    latency_s: dict[str, Quantiles]  # every LATENCY_METRICS key
+
+
+@dataclass(frozen=True, slots=True)
+class ServerWindow:
+    """Server samples over one window (prefill lines do not count towards throughput)."""
+
+    accept_length: float | None
+    accept_rate: float | None
+    gen_throughput: float | None
+    samples: int

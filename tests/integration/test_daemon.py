@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Procs, free_port, http_get, http_json, sim_truth, specwatch_cmd, wait_until
-from specwatch.logparse import parse_line
+from specwatch.server.logparse import parse_line
 from specwatch.sim import model
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from specwatch import config
-from specwatch.metrics import Exporter
+from specwatch.export.prometheus import Exporter
 from specwatch.sim import cli as sim_cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from specwatch.logtail import CommandSource, FileFollower
+from specwatch.server.logtail import CommandSource, FileFollower
 
 pytestmark = pytest.mark.integration
 

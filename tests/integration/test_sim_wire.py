@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from conftest import http_get, http_json, sim_truth, wait_until
-from specwatch.logparse import parse_line
+from specwatch.server.logparse import parse_line
 
 pytestmark = pytest.mark.integration
 SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5", "--speculative-eagle-topk", "1")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from specwatch import advisor
-from specwatch.advisor import Measurement
+from specwatch.analysis import advisor, cost_model
+from specwatch.analysis.cost_model import Measurement
 from specwatch.sim import model
 
 
@@ -19,7 +19,7 @@ def measured(steps_list, profile="seed"):
 
 @pytest.mark.parametrize("profile", ["seed", "mixed"])
 def test_predictions_for_left_out_steps_match_the_model(profile):
-    f = advisor.fit(measured([0, 1, 2, 3, 5, 10], profile))
+    f = cost_model.fit(measured([0, 1, 2, 3, 5, 10], profile))
     for s in (4, 6, 7, 8, 9):
         truth = model.explain(model.PROFILES[profile], model.SpecConfig.from_flags("EAGLE3", s, 1, None))
         assert f.tokens_per_second(s) == pytest.approx(truth.tokens_per_second, rel=0.01)
@@ -27,7 +27,7 @@ def test_predictions_for_left_out_steps_match_the_model(profile):
 
 
 def test_seed_fit_recovers_draft_cost_and_says_two_steps_win():
-    f = advisor.fit(measured([0, 1, 2, 3, 5, 10]))
+    f = cost_model.fit(measured([0, 1, 2, 3, 5, 10]))
     assert f.draft_step_s == pytest.approx(0.00095, rel=0.02)
     text = advisor.report(measured([0, 1, 2, 3, 5, 10]), f, 90.0, range(1, 13))
     assert "Best predicted: 2 steps" in text and "beats plain decoding" in text
@@ -36,13 +36,13 @@ def test_seed_fit_recovers_draft_cost_and_says_two_steps_win():
 def test_a_losing_draft_model_is_told_to_run_without_speculation():
     ms = [Measurement("base", 0, 1, 90, 90, 1.0), Measurement("s2", 2, 3, 60, 60, 1.3, (0.25, 0.05), 100),
           Measurement("s4", 4, 5, 50, 50, 1.3, (0.25, 0.05, 0.0, 0.0), 100)]
-    text = advisor.report(ms, advisor.fit(ms), 90.0, range(1, 9))
+    text = advisor.report(ms, cost_model.fit(ms), 90.0, range(1, 9))
     assert "no step count beats plain decoding" in text
 
 
 def test_positions_are_pooled_by_rounds_and_extrapolated():
     ms = [Measurement("a", 2, 3, 1, 1, 1, (0.6, 0.4), 100), Measurement("b", 3, 4, 1, 1, 1, (0.8, 0.5, 0.25), 300)]
-    pos = advisor.pooled_positions(ms, 5)
+    pos = cost_model.pooled_positions(ms, 5)
     assert pos[0] == pytest.approx((0.6 * 100 + 0.8 * 300) / 400)
     assert pos[2] == 0.25 and pos[3] == pytest.approx(0.25 * 0.25 / pos[1])
     assert pos[3] <= pos[2]
@@ -50,4 +50,36 @@ def test_positions_are_pooled_by_rounds_and_extrapolated():
 
 def test_too_few_configurations():
     with pytest.raises(ValueError, match="at least two"):
-        advisor.fit(measured([2]))
+        cost_model.fit(measured([2]))
+
+
+def synthetic(verify_ms, draft_ms=1.0, a=0.72, steps=(0, 1, 2, 3, 5, 10)):
+    """Measurements from a cost curve that is *not* the model's own form: the fit must generalise."""
+    out = []
+    for s in steps:
+        pos = tuple(a**i for i in range(1, s + 1))
+        al = 1 + sum(pos)
+        tps = al / ((s * draft_ms + verify_ms(s + 1)) / 1000)
+        out.append(Measurement(f"s{s}", s, s + 1, tps, tps, al, pos, 500))
+    return out
+
+
+def truth_tps(verify_ms, s, draft_ms=1.0, a=0.72):
+    return (1 + sum(a**i for i in range(1, s + 1))) / ((s * draft_ms + verify_ms(s + 1)) / 1000)
+
+
+def test_a_dense_targets_power_law_verify_cost_is_predicted_for_untested_steps():
+    verify = lambda d: 10 * d**0.35  # noqa: E731 - concave, but not a saturating exponential
+    f = cost_model.fit(synthetic(verify))
+    for s in (4, 6, 7, 8, 9):
+        assert f.tokens_per_second(s) == pytest.approx(truth_tps(verify, s), rel=0.01)
+    assert f.rms_rel_error < 0.005
+
+
+def test_a_convex_verify_cost_the_model_cannot_follow_shows_in_its_fit_error():
+    verify = lambda d: 10 + 0.4 * (d - 1) + 0.08 * (d - 1) ** 2  # noqa: E731 - compute-bound growth
+    ms = synthetic(verify)
+    f = cost_model.fit(ms)
+    assert f.rms_rel_error > 0.02  # the report prints this: the user is told the model does not fit
+    text = advisor.report(ms, f, truth_tps(verify, 0), range(1, 13))
+    assert f"fit error {100 * f.rms_rel_error:.1f}% rms" in text

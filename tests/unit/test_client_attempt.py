@@ -3,8 +3,9 @@
 import orjson
 import pytest
 
-from specwatch.client import Attempt, GenParams, StreamProtocolError, Target, build_payload
-from specwatch.prompts import Prompt
+from specwatch.errors import StreamError
+from specwatch.probe.stream import Attempt, GenParams, Target, build_payload
+from specwatch.probe.prompts import Prompt
 from specwatch.records import Outcome
 
 P = Prompt("p1", "code", text="def f():")
@@ -28,7 +29,7 @@ def test_sglang_tokens_per_chunk_from_completion_token_deltas_even_when_coalesce
                                 spec_correct_drafts_histogram=[1, 1, 2]))]:
         assert not a.handle(data, t)
     assert a.handle(b"[DONE]", 60)
-    r = a.finish(Outcome.OK)
+    r = a.finish(Outcome.OK, 100)
     assert r.chunk_tokens == (1, 3, 5, 1)  # the repeated ct=4 chunk carried no tokens
     assert r.chunk_ns == (10, 20, 40, 50)
     assert r.output_tokens == 10 and r.prompt_tokens == 5 and r.tokens_exact
@@ -53,7 +54,7 @@ def test_openai_with_continuous_usage_is_exact(api):
     for t, d in [(1, oa("", 0, chat=chat)), (2, oa(" a", 1, chat=chat)), (3, oa(" b c d", 4, chat=chat)),
                  (4, oa("", 4, "length", chat=chat)), (5, oa(None, 4))]:
         a.handle(d, t)
-    r = a.finish(Outcome.OK)
+    r = a.finish(Outcome.OK, 100)
     assert (r.chunk_tokens, r.output_tokens, r.prompt_tokens, r.tokens_exact) == ((1, 3), 4, 7, True)
 
 
@@ -61,7 +62,7 @@ def test_openai_without_usage_apportions_final_total_by_text_length():
     a = attempt("completions")
     for t, d in [(1, oa(" a", None)), (2, oa(" bb cc", None)), (3, oa(" dd", None, "length")), (4, oa(None, 8))]:
         a.handle(d, t)
-    r = a.finish(Outcome.OK)
+    r = a.finish(Outcome.OK, 100)
     assert sum(r.chunk_tokens) == 8 and r.output_tokens == 8
     assert r.chunk_tokens[1] > r.chunk_tokens[0]
     assert not r.tokens_exact
@@ -74,7 +75,7 @@ def test_openai_without_usage_apportions_final_total_by_text_length():
     (b'{"text": "x"}', "without meta_info"),
 ])
 def test_protocol_errors(data, msg):
-    with pytest.raises(StreamProtocolError, match=msg):
+    with pytest.raises(StreamError, match=msg):
         attempt("sglang").handle(data, 1)
 
 
@@ -93,5 +94,5 @@ def test_a_request_the_server_aborted_is_a_stream_error():
     a.handle(sg(1), 1)
     abort = orjson.dumps({"text": "x", "meta_info": {"id": "r", "finish_reason": {"type": "abort", "message":
                           "server shutting down"}, "completion_tokens": 3, "prompt_tokens": 5}})
-    with pytest.raises(StreamProtocolError, match="aborted by the server: server shutting down"):
+    with pytest.raises(StreamError, match="aborted by the server: server shutting down"):
         a.handle(abort, 2)

@@ -5,11 +5,12 @@ import argparse
 import pytest
 
 from specwatch import config
+from specwatch.errors import ConfigError
 
 
 def args(*argv: str) -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    config.add_flags(p)
+    config.add_run_flags(p)
     return p.parse_args(list(argv))
 
 
@@ -51,11 +52,18 @@ def test_errors_name_the_key_and_where_it_came_from(tmp_path, argv, env, toml, m
     if toml is not None:
         f.write_text(toml)
         a += ["--config", str(f)]
-    with pytest.raises(config.ConfigError) as e:
+    with pytest.raises(ConfigError) as e:
         config.load(args(*a), env)
     assert message.format(f=f) in str(e.value)
 
 
 def test_missing_config_file():
-    with pytest.raises(config.ConfigError, match=r"config file /nonexistent\.toml: No such file"):
+    with pytest.raises(ConfigError, match=r"config file /nonexistent\.toml: No such file"):
         config.load(args("--config", "/nonexistent.toml"), {})
+
+
+def test_nan_and_inf_are_refused_for_every_float_option():
+    for key in ("pause_s", "interval_s", "baseline_tps", "rate_per_s", "temperature", "drain_timeout_s"):
+        for bad in ("nan", "inf", "-inf"):
+            with pytest.raises(ConfigError, match=f"{key}: must be a finite number"):
+                config.load(args("--server-url", "http://x:1", f"--{key.replace('_', '-')}={bad}"), {})

@@ -1,7 +1,7 @@
 """Line splitting limits (long, binary, partial lines) and the server-metrics scrape parser."""
 
-from specwatch.logtail import LineSplitter, SourceState
-from specwatch.scrape import ScrapeState, samples_from_text
+from specwatch.server.logtail import LineSplitter, SourceState
+from specwatch.server.scrape import ScrapeState, samples_from_text
 
 
 def split(chunks, limit=64):

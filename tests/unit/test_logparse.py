@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.logparse import parse_line
+from specwatch.server.logparse import parse_line
 from specwatch.sim import logfmt
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "logs"

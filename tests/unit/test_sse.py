@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specwatch.sse import SSEError, SSEEvent, SSEParser
+from specwatch.errors import SSEError
+from specwatch.probe.sse import SSEEvent, SSEParser
 
 STREAM = (b'data: {"a": 1}\n\n: keep-alive\n\nevent: sglext_ids\ndata: {"ids": [1]}\n\n'
           b"data: line1\ndata: line2\n\ndata: [DONE]\n\n")

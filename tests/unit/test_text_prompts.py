@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specwatch import prompts
+from specwatch.probe import prompts
 from specwatch.sim.text import TokenStream, classify_domain, count_prompt_tokens
 
 

@@ -14,16 +14,17 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict
 from typing import IO, Any
 
-import orjson
 from aiohttp import web
 
 from . import logfmt, model
-from .api import ServerIdentity, SimAPI
+from .control import control_routes
 from .engine import Engine, EngineSettings
+from .native import NativeAPI
+from .openai import OpenAIAPI
 from .sglang_metrics import SGLangMetrics
+from .wire import ServerIdentity
 
 SIM_VERSION = "0.5.23"
 
@@ -109,40 +110,6 @@ def server_args(args: argparse.Namespace, spec: model.SpecConfig, max_running: i
     }
 
 
-def control_routes(app: web.Application, engine: Engine, batch_size: int) -> None:
-    def explained() -> dict[str, Any]:
-        return asdict(model.explain(engine.s.profile, engine.s.spec, batch_size))
-
-    async def truth(request: web.Request) -> web.Response:
-        body = {"requests": list(engine.truth), "counters": dict(engine.counters),
-                "forward_ct_decode": engine.forward_ct_decode, "explain": explained()}
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
-
-    async def explain(request: web.Request) -> web.Response:
-        bs = int(request.query.get("batch_size", batch_size))
-        body = asdict(model.explain(engine.s.profile, engine.s.spec, bs))
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
-
-    async def control(request: web.Request) -> web.Response:
-        try:
-            body = orjson.loads(await request.read())
-            unknown = set(body) - {"profile", "accept_scale", "cost_scale", "pause_s"}
-            if unknown:
-                raise ValueError(f"unknown control keys: {sorted(unknown)}")
-            base = model.PROFILES[body.get("profile", engine.s.profile.name)]
-            profile = base.with_overrides(float(body.get("accept_scale", 1.0)), float(body.get("cost_scale", 1.0)))
-        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
-            return web.Response(status=400, body=orjson.dumps({"error": str(exc)}), content_type="application/json")
-        engine.set_profile(profile)
-        if body.get("pause_s"):
-            engine.pause(float(body["pause_s"]))
-        return web.Response(body=orjson.dumps(explained()), content_type="application/json")
-
-    app.router.add_get("/truth", truth)
-    app.router.add_get("/explain", explain)
-    app.router.add_post("/control", control)
-
-
 async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     spec: model.SpecConfig = args.spec
     family = args.log_format
@@ -168,7 +135,8 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
         await asyncio.sleep(args.load_seconds)
         sink.info(family, "Load weight end. (simulated)")
     app = web.Application(client_max_size=8 * 1024 * 1024)
-    SimAPI(engine, ident, metrics.render if metrics else None).routes(app)
+    NativeAPI(engine, ident, metrics.render if metrics else None).routes(app)
+    OpenAIAPI(engine, ident).routes(app)
     runners = [web.AppRunner(app, access_log=None, handler_cancellation=True)]
     sites: list[tuple[web.AppRunner, int]] = [(runners[0], args.port)]
     if args.control_port:

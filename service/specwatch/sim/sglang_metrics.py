@@ -1,7 +1,8 @@
 """SGLang's own ``sglang:`` Prometheus metrics, as the simulator exposes them with --enable-metrics.
 
 Scheduler gauges are set at each decode log line (as in SGLang); request counters and histograms move
-when requests finish. Names and labels follow shared/reference/sglang.md §5.
+when requests finish. Names and labels are SGLang's (``sglang:`` prefix, ``model_name`` label), as its
+``--enable-metrics`` exposes them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,58 @@
+"""The speculation advisor: the cost model fitted to a sweep's results, explained and extrapolated.
+Analysis stage; pure (sweep results in, text out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .cost_model import Fit, Measurement
+
+
+def from_results(configs: list[dict[str, Any]]) -> list[Measurement]:
+    """Measurements from sweep results (one dict per finished configuration)."""
+    out = []
+    for c in configs:
+        r = c.get("results") or {}
+        if c.get("status") != "ok" or not r.get("decode_tokens_per_second"):
+            continue
+        steps = int(c.get("steps", 0))
+        out.append(Measurement(
+            label=c["label"], steps=steps, draft_tokens=int(c.get("draft_tokens") or steps + 1),
+            tokens_per_second=r["overall_tokens_per_second"], decode_tokens_per_second=r["decode_tokens_per_second"],
+            accept_length=r.get("accept_length_client") or c.get("log_accept_length") or 1.0,
+            # SGLang: the probe's per-request histograms; vLLM: the per-position rates of its log lines
+            position_acceptance=tuple(r.get("position_acceptance") or c.get("log_position_acceptance") or ()),
+            verify_rounds=r.get("verify_rounds") or 0))
+    return out
+
+
+def report(ms: list[Measurement], f: Fit, baseline_tps: float | None, predict: range) -> str:
+    lines = ["Cycle model: cycle(s) = s x draft_step + verify(d), "
+             "verify(d) = verify_1 + extra x (1 - exp(-(d-1)/tau))",
+             f"  draft step {f.draft_step_s * 1e3:.2f} ms, verify_1 {f.verify_1_s * 1e3:.2f} ms, extra "
+             f"{f.verify_extra_s * 1e3:.2f} ms, tau {f.tau:.2f}; fit error {100 * f.rms_rel_error:.1f}% rms",
+             "  per-position acceptance (pooled): " + ", ".join(f"{a:.3f}" for a in f.positions[:10]), "",
+             f"{'configuration':<22}{'tok/s':>8}{'model':>8}{'accept':>8}{'cycle ms':>10}{'draft':>7}{'verify':>8}"
+             f"{'break-even':>12}"]
+    for m in sorted(ms, key=lambda m: m.steps):
+        cyc = f.cycle_s(m.steps, m.draft_tokens)
+        draft = m.steps * f.draft_step_s
+        be = f"{cyc * baseline_tps:.2f}" if baseline_tps and m.steps else "-"
+        lines.append(f"{m.label:<22}{m.decode_tokens_per_second:>8.1f}{m.accept_length / cyc:>8.1f}"
+                     f"{m.accept_length:>8.2f}{cyc * 1e3:>10.2f}{100 * draft / cyc:>6.0f}%"
+                     f"{100 * (cyc - draft) / cyc:>7.0f}%"
+                     f"{be:>12}")
+    tested = {m.steps for m in ms}
+    lines += ["", "Predicted (decode tok/s):"]
+    for s in predict:
+        mark = "" if s not in tested else "  (measured)"
+        vs = f"  {100 * (f.tokens_per_second(s) / baseline_tps - 1):+.1f}% vs baseline" if baseline_tps else ""
+        lines.append(f"  steps {s:>2}: accept length {f.accept_length(s):.2f}, cycle {f.cycle_s(s) * 1e3:.2f} ms, "
+                     f"{f.tokens_per_second(s):.1f} tok/s{vs}{mark}")
+    best = max(predict, key=f.tokens_per_second)
+    verdict = ""
+    if baseline_tps:
+        verdict = (" - beats plain decoding" if f.tokens_per_second(best) > baseline_tps
+                   else " - no step count beats plain decoding: run without speculation")
+    lines.append(f"Best predicted: {best} steps at {f.tokens_per_second(best):.1f} tok/s{verdict}")
+    return "\n".join(lines)

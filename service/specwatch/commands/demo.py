@@ -1,0 +1,73 @@
+"""``specwatch demo``: two simulators (EAGLE-3 and plain decoding) and the daemon, on this machine.
+
+The simulators run as child processes (``specwatch sim``, seed profile, each in its own session so that
+Ctrl-C reaches the daemon first and it drains its probes); the daemon runs in this process with the live
+terminal view and serves /metrics. Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import config as config_mod
+from ..errors import ConfigError, LaunchError
+from .launch import Server, wait_ready
+from .run import Daemon
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="specwatch demo", description=__doc__)
+    p.add_argument("--steps", type=int, default=5, help="draft steps of the speculative simulator (seed: 2 wins)")
+    p.add_argument("--port", type=int, default=30000, help="speculative simulator; baseline uses port+1")
+    p.add_argument("--listen", default=config_mod.DEFAULT_LISTEN)
+    p.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
+    p.add_argument("--view", default="auto", choices=("auto", "table", "log"))
+    a = p.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="specwatch-demo-"))
+    log_file = tmp / "sglang.log"
+    spec_url, base_url = f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{a.port + 1}"
+    sim = [sys.executable, "-m", "specwatch", "sim", "--profile", "seed", "--quiet"]
+    servers = [
+        Server([*sim, "--port", str(a.port), "--speculative-algorithm", "EAGLE3", "--speculative-num-steps",
+                str(a.steps), "--speculative-eagle-topk", "1", "--log-file", str(log_file), "--control-port",
+                str(a.port + 2)]),
+        Server([*sim, "--port", str(a.port + 1)]),
+    ]
+    try:
+        for url, server in zip((spec_url, base_url), servers, strict=True):
+            wait_ready(url, server, 30.0, poll_s=0.1)
+        cfg = config_mod.check(config_mod.Config(
+            server_url=spec_url, baseline_url=base_url, log_file=str(log_file), listen=a.listen, interval_s=2.0,
+            verdict_window_s=30, pause_s=0.5, max_tokens=200, view=a.view))
+        print(f"specwatch demo: EAGLE-3 ({a.steps} steps) at {spec_url}, plain decoding at {base_url}")
+        print(f"  metrics:  http://{a.listen}/metrics   summary: http://{a.listen}/api/summary")
+        print(f"  simulate an acceptance collapse: curl -X POST 127.0.0.1:{a.port + 2}/control "
+              "-d '{\"accept_scale\": 0.3}'")
+        sys.stdout.flush()
+        import uvloop
+
+        daemon = Daemon(cfg)
+
+        async def run() -> int:
+            if a.duration > 0:
+                asyncio.get_running_loop().call_later(a.duration, daemon.stop.set)
+            return await daemon.main()
+
+        return int(uvloop.run(run()))
+    except (LaunchError, ConfigError) as exc:
+        print(f"specwatch demo: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for server in servers:
+            server.stop(5.0)
+        with contextlib.suppress(OSError):
+            log_file.unlink()
+            os.rmdir(tmp)

@@ -1,0 +1,313 @@
+"""``specwatch run``: the sidecar daemon. Wiring and lifecycle only: sources → recorder → analysis → exporters.
+
+Long-lived tasks (prober, log source, scrape, ticker, loop-lag timer, view) run under one TaskGroup: if one
+dies, the daemon says why and exits non-zero. First SIGTERM/SIGINT: stop scheduling probes, drain those in
+flight (bounded by drain_timeout_s), flush the last interval and the .hlog, exit 0. A second signal exits at
+once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from typing import IO, Any
+
+import aiohttp
+from aiohttp import web
+
+from .. import config as config_mod
+from ..analysis.verdict import Judge, Verdict, verdict_inputs
+from ..errors import ConfigError, TargetError
+from ..export.hlog import HlogWriter
+from ..export.http import Endpoints
+from ..export.prometheus import Exporter, window_label
+from ..export.summary import Summary, TargetState, log_state, server_state
+from ..export.view import View
+from ..probe import prompts as prompt_sets
+from ..probe.client import Timeouts, make_session
+from ..probe.detect import UNREACHABLE, detect
+from ..probe.load import Load, LoadPlan, PromptCycle
+from ..probe.stream import GenParams, Target
+from ..recorder.observations import observe
+from ..recorder.samples import SampleWindows
+from ..recorder.stats import Stats
+from ..recorder.windows import Recorder
+from ..records import ProbeWindow, RequestRecord, ServerSample
+from ..server.ingest import LogIngest
+from ..server.logtail import CommandSource, FileFollower, LogSource, StdinSource
+from ..server.scrape import ScrapeState, samples_from_text
+
+log = logging.getLogger("specwatch")
+SCRAPE_WARN_EVERY_S = 60.0
+
+
+def make_source(cfg: config_mod.Config, ingest: LogIngest) -> tuple[LogSource | None, str | None]:
+    """The configured log source and how the summary names it."""
+    if cfg.log_file:
+        return FileFollower(cfg.log_file, ingest, from_start=cfg.from_start), f"file {cfg.log_file}"
+    if cfg.log_cmd:
+        return CommandSource(cfg.log_cmd, ingest), "command"
+    if cfg.log_stdin:
+        return StdinSource(ingest), "stdin"
+    return None, None
+
+
+class Daemon:
+    def __init__(self, cfg: config_mod.Config, out: IO[str] | None = None) -> None:
+        self.cfg = cfg
+        self.targets = cfg.targets
+        self.exporter = Exporter(self.targets, cfg.windows)
+        # 2 significant digits (values within 1%) keep a long-running daemon's windows small; bench uses 3
+        self.recorder = Recorder(cfg.interval_s, cfg.windows, digits=2)
+        self.samples = SampleWindows(cfg.windows)
+        self.judge = Judge(cfg.hysteresis, cfg.min_requests)
+        self.view = View(cfg.view, out)
+        self.ingest = LogIngest(lambda s: self.on_sample(s, "log"))
+        self.source, self.source_name = make_source(cfg, self.ingest)
+        self.exporter.sources.ingest = self.ingest
+        self.exporter.sources.state = self.source.state if self.source else None
+        self.exporter.sources.out_of_range = self._out_of_range
+        self._hlog_file = open(cfg.hlog, "a", encoding="utf-8") if cfg.hlog else None  # noqa: SIM115
+        self.hlog = HlogWriter(self._hlog_file) if self._hlog_file else None
+        self.stop = asyncio.Event()
+        self.started = time.monotonic()
+        self.api: dict[str, str] = {}
+        self.up: dict[str, bool] = dict.fromkeys(self.targets, False)
+        self.last_ok: dict[str, float] = {}
+        self.summary: Summary | None = None
+        self.exporter.baseline.set(cfg.baseline_tps if cfg.baseline_tps else float("nan"))
+
+    # ---- sinks (synchronous, per event) ------------------------------------------------------
+    def on_record(self, rec: RequestRecord) -> None:
+        obs = observe(rec)
+        self.recorder.record(rec, obs)
+        self.exporter.observe_record(rec, obs)
+        self.set_up(rec.target, rec.outcome.value != "connect_error")
+        if rec.ok:
+            self.last_ok[rec.target] = time.monotonic()
+
+    def set_up(self, target: str, up: bool) -> None:
+        self.up[target] = up
+        self.exporter.target_up.labels(target).set(1 if up else 0)
+
+    def on_sample(self, s: ServerSample, channel: str) -> None:
+        self.samples.record(s, time.monotonic())
+        self.exporter.observe_sample(s, channel)
+
+    def _out_of_range(self) -> dict[str, int]:
+        oor: dict[str, int] = {}
+        for stats in self.recorder.cumulative.values():
+            for name, n in stats.out_of_range.items():
+                oor[name] = oor.get(name, 0) + n
+        return oor
+
+    def ready(self) -> bool:
+        fresh = max(60.0, 5 * self.cfg.interval_s)
+        last = self.last_ok.get("spec")
+        return self.up.get("spec", False) and last is not None and time.monotonic() - last < fresh
+
+    # ---- tasks -------------------------------------------------------------------------------
+    async def prober(self, session: aiohttp.ClientSession, plan: LoadPlan) -> None:
+        c = self.cfg
+        urls = {"spec": c.server_url} | ({"baseline": c.baseline_url} if c.baseline_url else {})
+        targets = []
+        for name, url in urls.items():
+            target = await self._detect(session, name, url)
+            if target is None:
+                return  # stopped before the target came up
+            targets.append(target)
+        plist = prompt_sets.load(c.prompts) if c.prompts else prompt_sets.builtin()
+        params = GenParams(max_tokens=c.max_tokens, temperature=c.temperature, ignore_eos=True)
+        await Load(session, PromptCycle(plist, targets), params, plan, self.on_record, self.stop).run()
+
+    async def _detect(self, session: aiohttp.ClientSession, name: str, url: str) -> Target | None:
+        delay = 1.0
+        while True:
+            try:
+                info = await detect(session, url, self.cfg.api)
+            except (*UNREACHABLE, TargetError) as exc:
+                self.set_up(name, False)
+                log.warning("target %s (%s) not reachable yet: %s", name, url, exc or type(exc).__name__)
+                if self.cfg.api != "auto":
+                    return Target(name, url, self.cfg.api)
+                try:
+                    await asyncio.wait_for(self.stop.wait(), delay)
+                    return None
+                except TimeoutError:
+                    delay = min(5.0, delay * 2)
+                continue
+            self.set_up(name, True)
+            self.api[name] = info.api
+            log.info("target %s: %s api=%s model=%s speculative=%s", name, url, info.api, info.model,
+                     info.speculative)
+            return Target(name, url, info.api, info.model)
+
+    async def scraper(self, session: aiohttp.ClientSession) -> None:
+        state = ScrapeState()
+        url = self.cfg.server_url + "/metrics"
+        warned = -SCRAPE_WARN_EVERY_S
+        while True:
+            error = ""
+            try:
+                async with session.get(url) as resp:
+                    text = await resp.text() if resp.status == 200 else ""
+                    error = "" if resp.status == 200 else f"HTTP {resp.status}"
+                for s in samples_from_text(text, state):
+                    self.on_sample(s, "scrape")
+            except (*UNREACHABLE, ValueError) as exc:
+                error = str(exc) or type(exc).__name__
+            self.exporter.srv_metrics_up.set(0 if error else 1)
+            if error and time.monotonic() - warned >= SCRAPE_WARN_EVERY_S:
+                log.warning("scraping the server's %s failed: %s", url, error)
+                warned = time.monotonic()
+            await asyncio.sleep(self.cfg.interval_s)
+
+    async def ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.interval_s)
+            self.tick()
+
+    async def loop_lag(self) -> None:
+        period = 0.5
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(period)
+            self.exporter.loop_lag.set(max(0.0, time.perf_counter() - t0 - period))
+
+    async def view_task(self) -> None:
+        while True:
+            await asyncio.sleep(1.0 if self.view.tty else self.cfg.interval_s)
+            if self.summary is not None:
+                self.view.show(self.summary)
+
+    # ---- interval tick -----------------------------------------------------------------------
+    def tick(self) -> None:
+        t0 = time.perf_counter()
+        interval = self.recorder.tick()
+        if self.hlog is not None:
+            self.hlog.write(interval)
+        self.samples.tick(time.monotonic())
+        parts = {window_label(w): per for w, per in self.recorder.windows.items()}
+        parts["cumulative"] = self.recorder.cumulative
+        views = {label: {tg: per.get(tg, Stats()).describe() for tg in self.targets} for label, per in parts.items()}
+        for label, per_target in views.items():
+            self.exporter.update_windows(label, per_target)
+        vlabel = window_label(self.cfg.verdict_window_s)
+        vw = views[vlabel]
+        srv = self.samples.windows.get(self.cfg.verdict_window_s)
+        v = self.judge.update(verdict_inputs(vw["spec"], vw.get("baseline"), self.cfg.baseline_tps,
+                                             srv.accept_length if srv else None))
+        self._export_verdict(v)
+        self.summary = self._summary(views, v)
+        self.exporter.tick_seconds.set(time.perf_counter() - t0)
+
+    def _export_verdict(self, v: Verdict) -> None:
+        e = self.exporter
+        for gauge, value in ((e.baseline, v.baseline_tps), (e.speedup, v.speedup), (e.speedup_se, v.relative_stderr),
+                             (e.cycle, v.cycle_s), (e.breakeven, v.breakeven_accept_length),
+                             (e.below, None if v.below_baseline is None else float(v.below_baseline))):
+            gauge.set(float("nan") if value is None else value)
+
+    def _summary(self, views: dict[str, dict[str, ProbeWindow]], v: Verdict) -> Summary:
+        host, port = self.cfg.listen_host_port
+        vlabel = window_label(self.cfg.verdict_window_s)
+        return Summary(
+            time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), uptime_s=round(time.monotonic() - self.started, 1),
+            server_url=self.cfg.server_url, api=self.api.get("spec"), metrics_url=f"http://{host}:{port}/metrics",
+            targets={tg: TargetState(self.up.get(tg, False)) for tg in self.targets}, window=vlabel,
+            probe=views[vlabel], windows=views,
+            server=server_state(self.samples.last, {window_label(w): a for w, a in self.samples.windows.items()}),
+            verdict=v, log=log_state(self.source_name, self.source.state if self.source else None, self.ingest))
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    async def main(self) -> int:
+        loop = asyncio.get_running_loop()
+        signals = 0
+
+        def on_signal() -> None:
+            nonlocal signals
+            signals += 1
+            if signals == 1:
+                log.info("stopping: draining probes in flight (signal again to exit at once)")
+                self.stop.set()
+            else:
+                os._exit(130)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        endpoints = Endpoints(self.exporter.render, lambda: self.summary, self.ready)
+        runner = web.AppRunner(endpoints.app(), access_log=None)
+        await runner.setup()
+        host, port = self.cfg.listen_host_port
+        await web.TCPSite(runner, host, port, reuse_address=True).start()
+        log.info("serving /metrics on http://%s:%d/metrics", host, port)
+        self.tick()
+        c = self.cfg
+        plan = LoadPlan(concurrency=c.concurrency, rate_per_s=c.rate_per_s, max_in_flight=max(4, c.concurrency * 4),
+                        pause_s=c.pause_s, requests=None)
+        try:
+            async with make_session(plan.max_streams, Timeouts(c.connect_timeout_s, c.read_timeout_s)) as session:
+                prober = asyncio.create_task(self.prober(session, plan), name="prober")
+                async with asyncio.TaskGroup() as tg:
+                    background = [tg.create_task(coro, name=name) for name, coro in (
+                        ("ticker", self.ticker()), ("loop-lag", self.loop_lag()), ("view", self.view_task()),
+                        *((("log-source", self.source.run()),) if self.source else ()),
+                        *((("scrape", self.scraper(session)),) if c.server_metrics else ()))]
+                    tg.create_task(self._supervise(prober, background), name="supervisor")
+        finally:
+            self.tick()  # flush the last interval (and the .hlog)
+            if self._hlog_file is not None:
+                self._hlog_file.close()
+            await runner.cleanup()
+        return 0
+
+    async def _supervise(self, prober: asyncio.Task[None], background: list[asyncio.Task[Any]]) -> None:
+        """Wait for the stop signal (or the prober dying), drain, then end the background tasks."""
+        stop_wait = asyncio.create_task(self.stop.wait())
+        await asyncio.wait([prober, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        if prober.done() and not prober.cancelled():
+            failure = prober.exception()
+            if failure is not None:
+                stop_wait.cancel()
+                raise failure
+        try:
+            await asyncio.wait_for(asyncio.shield(prober), self.cfg.drain_timeout_s)
+        except TimeoutError:
+            log.warning("probes still in flight after %.0fs: cancelling them", self.cfg.drain_timeout_s)
+            prober.cancel()
+            await asyncio.gather(prober, return_exceptions=True)
+        except asyncio.CancelledError:
+            pass
+        for t in background:
+            t.cancel()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="specwatch run", description=__doc__)
+    config_mod.add_run_flags(p)
+    args = p.parse_args(argv)
+    try:
+        cfg = config_mod.load(args)
+        if cfg.prompts:
+            prompt_sets.load(cfg.prompts)
+    except ConfigError as exc:
+        print(f"specwatch run: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
+    import uvloop
+
+    try:
+        return int(uvloop.run(Daemon(cfg).main()))
+    except OSError as exc:
+        print(f"specwatch run: {exc}", file=sys.stderr)
+        return 1
+    except ExceptionGroup as eg:
+        for failure in eg.exceptions:
+            log.error("a long-lived task failed: %r", failure, exc_info=failure)
+        return 1

@@ -1,0 +1,109 @@
+"""The bench report: the results document and the text ``bench`` and ``report`` print. Exporter stage.
+
+Built from the recorder's cumulative ``Stats`` plus the measured records (for the seed script's per-request
+tok/s), so a replay of a records file prints exactly what the run printed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..recorder.stats import Stats
+from ..records import OUTCOMES, RequestRecord
+from .format import fmt, ms
+
+REPORTED = ("ttft", "itl", "inter_chunk", "e2e", "service", "schedule_lag", "tokens_per_chunk")
+
+
+def wall_seconds(records: Sequence[RequestRecord]) -> float:
+    """From the first measured send to the last measured completion."""
+    if not records:
+        return 0.0
+    return (max(r.done_ns for r in records) - min(r.sent_ns for r in records)) / 1e9
+
+
+def results(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_length: float | None) -> dict[str, Any]:
+    ok = [r for r in records if r.ok and r.service_ns > 0]
+    per = [r.output_tokens / (r.service_ns / 1e9) for r in ok]
+    wall_s = wall_seconds(records)
+    q = {}
+    for name in REPORTED:
+        qs = stats.quantiles(name)  # every quantile in one pass
+        q[name] = {f"p{int(x * 100)}": v for x, v in qs.items()} | {"mean": stats.mean(name)}
+    return {
+        "requests": len(records), "ok": len(ok),
+        "overall_tokens_per_second": sum(r.output_tokens for r in ok) / wall_s if wall_s > 0 else None,
+        "avg_tokens_per_second": statistics.fmean(per) if per else None,
+        "min_tokens_per_second": min(per) if per else None,
+        "max_tokens_per_second": max(per) if per else None,
+        "decode_tokens_per_second": stats.decode_tokens_per_second,
+        "latency_seconds": {k: v for k, v in q.items() if k != "tokens_per_chunk"},
+        "tokens_per_chunk": q["tokens_per_chunk"],
+        "accept_length_client": stats.accept_length,
+        "accept_length_server_per_request": stats.server_accept_length,
+        "accept_length_server_lifetime": lifetime_accept_length,
+        "verify_rounds": stats.verify_ct,
+        "position_acceptance": list(stats.position_acceptance),
+        "outcomes": {o: stats.outcomes.get(o, 0) for o in OUTCOMES},
+        "out_of_range": dict(stats.out_of_range),
+        "approximated_token_counts": stats.approx_requests,
+    }
+
+
+def by_domain(per_domain: Mapping[str, Stats]) -> dict[str, dict[str, Any]]:
+    return {d: {"ok": st.outcomes.get("ok", 0), "decode_tokens_per_second": st.decode_tokens_per_second,
+                "accept_length": st.accept_length} for d, st in sorted(per_domain.items())}
+
+
+def run_doc(r: RequestRecord) -> dict[str, Any]:
+    return {"prompt_id": r.prompt_id, "domain": r.domain, "outcome": r.outcome.value, "status": r.status,
+            "error": r.error, "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens,
+            "service_s": r.service_ns / 1e9, "e2e_s": r.e2e_ns / 1e9, "schedule_lag_s": r.schedule_lag_ns / 1e9,
+            "ttft_s": None if r.ttft_ns is None else r.ttft_ns / 1e9, "chunks": len(r.chunk_ns),
+            "decode_tokens_per_second": r.decode_tokens_per_second, "accept_length": r.accept_length,
+            "server_accept_length": r.spec.accept_length if r.spec else None,
+            "verify_ct": r.spec.verify_ct if r.spec else None, "tokens_exact": r.tokens_exact}
+
+
+def text(s: Mapping[str, Any], domains: Mapping[str, Mapping[str, Any]], records: Sequence[RequestRecord]) -> str:
+    lat = s["latency_seconds"]
+    out = ["", "  ========== Results ==========",
+           f"  Overall tok/s: {fmt(s['overall_tokens_per_second'], '.1f')}",
+           f"  Avg tok/s:     {fmt(s['avg_tokens_per_second'], '.1f')}",
+           f"  Min tok/s:     {fmt(s['min_tokens_per_second'], '.1f')}",
+           f"  Max tok/s:     {fmt(s['max_tokens_per_second'], '.1f')}",
+           f"  Decode tok/s:  {fmt(s['decode_tokens_per_second'], '.1f')}  (tokens after the first chunk / "
+           "decode time)",
+           f"  TTFT:          p50 {ms(lat['ttft']['p50'], unit=' ms')}, p99 {ms(lat['ttft']['p99'], unit=' ms')}",
+           f"  ITL per token: p50 {ms(lat['itl']['p50'], unit=' ms')}, p90 {ms(lat['itl']['p90'], unit=' ms')}, "
+           f"p99 {ms(lat['itl']['p99'], unit=' ms')}, mean {ms(lat['itl']['mean'], unit=' ms')}",
+           f"  Inter-chunk:   p50 {ms(lat['inter_chunk']['p50'], unit=' ms')}, "
+           f"p99 {ms(lat['inter_chunk']['p99'], unit=' ms')}",
+           f"  Tokens/chunk:  mean {fmt(s['tokens_per_chunk']['mean'])}"]
+    server = s["accept_length_server_per_request"] or s["accept_length_server_lifetime"]
+    out.append(f"  Accept length: client {fmt(s['accept_length_client'])}"
+               + (f", server {server:.2f}" if server is not None else "")
+               + ("" if s["accept_length_client"] is not None else "  (server reports no spec_verify_ct)"))
+    if (lat["schedule_lag"]["p99"] or 0) > 0.001:
+        out.append(f"  Schedule lag:  p99 {ms(lat['schedule_lag']['p99'], unit=' ms')}  (latency is measured from "
+                   "the intended start)")
+    failed = {k: v for k, v in s["outcomes"].items() if k != "ok" and v}
+    if failed:
+        last = {r.outcome.value: r.error for r in records if not r.ok}
+        out.append("  Failures:      " + ", ".join(f"{k}={v}" for k, v in failed.items()))
+        out += [f"    last {k}: {err}" for k, err in last.items()]
+    else:
+        out.append("  Failures:      none")
+    if s["out_of_range"]:
+        out.append("  Out of range:  " + ", ".join(f"{k}={v}" for k, v in s["out_of_range"].items())
+                   + " (values outside the HDR histograms' range, counted and left out)")
+    if s["approximated_token_counts"]:
+        out.append(f"  Note: {s['approximated_token_counts']} request(s) had no per-chunk usage; per-chunk token "
+                   "counts were apportioned from the final total")
+    if domains:
+        out += ["", "  By domain:      requests  decode tok/s  accept length"]
+        out += [f"    {dom:<12} {d['ok']:>8}  {fmt(d['decode_tokens_per_second'], '>12.1f')}  "
+                f"{fmt(d['accept_length'], '>13.2f')}" for dom, d in domains.items()]
+    return "\n".join(out)

@@ -1,0 +1,47 @@
+"""The daemon's HTTP endpoints: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/summary``. Exporter stage.
+
+Handlers read what the tick left (the instruments' values, the last ``Summary``): beyond rendering the
+registry nothing is computed per request, so a scrape storm cannot stall the probes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+
+from .summary import Summary
+
+CONTENT_TYPE_PROMETHEUS = "text/plain; version=0.0.4"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    render_metrics: Callable[[], bytes]
+    summary: Callable[[], Summary | None]
+    ready: Callable[[], bool]
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/api/summary", self.api_summary)
+        return app
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=self.render_metrics(), headers={"Content-Type": CONTENT_TYPE_PROMETHEUS})
+
+    async def healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(self, _: web.Request) -> web.Response:
+        ok = self.ready()
+        return web.Response(status=200 if ok else 503, text="ready\n" if ok else "not ready\n")
+
+    async def api_summary(self, _: web.Request) -> web.Response:
+        s = self.summary()
+        body = orjson.dumps(s, option=orjson.OPT_NON_STR_KEYS) if s is not None else b"{}"
+        return web.Response(body=body, content_type="application/json")

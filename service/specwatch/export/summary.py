@@ -1,0 +1,61 @@
+"""The daemon's summary: one typed record per tick, read by the terminal view, ``/api/summary`` (as JSON)
+and the page. Exporter stage; built from what the tick already computed, nothing recomputed here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..analysis.verdict import Verdict
+from ..records import ProbeWindow, ServerSample, ServerWindow
+from ..server.ingest import LogIngest
+from ..server.logtail import SourceState
+
+
+@dataclass(frozen=True, slots=True)
+class TargetState:
+    up: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    last: dict[str, ServerSample]  # the last sample per ServerSample.source
+    windows: dict[str, ServerWindow]  # by window label
+
+
+@dataclass(frozen=True, slots=True)
+class LogState:
+    source: str | None  # what is followed ("file PATH", "command", "stdin"), None when no log is configured
+    up: bool
+    error: str
+    lines: dict[str, int]  # by records.LOG_RESULTS
+    skipped: dict[str, int]  # by records.SKIP_REASONS
+    last_sample_age_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    time: str
+    uptime_s: float
+    server_url: str
+    api: str | None
+    metrics_url: str
+    targets: dict[str, TargetState]
+    window: str  # the verdict window's label
+    probe: dict[str, ProbeWindow]  # the verdict window, per target
+    windows: dict[str, dict[str, ProbeWindow]]  # by window label (cumulative included), per target
+    server: ServerState
+    verdict: Verdict
+    log: LogState
+
+
+def log_state(source: str | None, state: SourceState | None, ingest: LogIngest) -> LogState:
+    last = ingest.last_sample_wall
+    return LogState(source=source, up=bool(state and state.up), error=state.last_error if state else "",
+                    lines=dict(ingest.counts), skipped=dict(state.skipped) if state else {},
+                    last_sample_age_s=round(time.time() - last, 1) if last else None)
+
+
+def server_state(last: Mapping[str, ServerSample], windows: Mapping[str, ServerWindow]) -> ServerState:
+    return ServerState(last=dict(last), windows=dict(windows))

@@ -1,0 +1,214 @@
+"""The option table every command draws from: one name, one unit, one check and one message per option.
+
+``run``, ``bench`` and ``sweep`` take the same flags for the same things (``--max-tokens``,
+``--read-timeout-s``, …) and reject a bad value with the same message, naming the key and where the value
+came from: ``command line: max_tokens: must be > 0, got '0'``. Library packages never see argparse: each
+command turns the validated values into its own typed settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import ConfigError, UrlError
+from .records import APIS
+
+Check = Callable[[str, Any], Any]
+DEFAULT_LISTEN = "127.0.0.1:9753"
+
+
+def parse_base_url(url: str) -> str:
+    """Return ``scheme://host[:port]`` (no trailing slash) or raise ``UrlError`` saying what is wrong."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise UrlError(f"{url!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise UrlError(f"{url!r} must start with http:// or https://")
+    if not parts.hostname:
+        raise UrlError(f"{url!r} has no host")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise UrlError(f"{url!r} must be a base URL without a path (e.g. http://127.0.0.1:30000)")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
+
+
+def typed(kind: type) -> Check:
+    def check(key: str, v: Any) -> Any:
+        if isinstance(v, str) and kind is not str:
+            try:
+                v = {"true": True, "false": False}[v.lower()] if kind is bool else kind(v)
+            except (ValueError, KeyError):
+                raise ConfigError(f"{key}: expected {kind.__name__}, got {v!r}") from None
+        if kind is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if not isinstance(v, kind) or (kind is not bool and isinstance(v, bool)):
+            raise ConfigError(f"{key}: expected {kind.__name__}, got {v!r}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{key}: must be a finite number, got {v!r}")
+        return v
+    return check
+
+
+def at_least(kind: type, lo: float, strict: bool = False) -> Check:
+    def check(key: str, v: Any) -> Any:
+        x = typed(kind)(key, v)
+        if x < lo or (strict and x == lo):
+            raise ConfigError(f"{key}: must be {'>' if strict else '>='} {lo:g}, got {v!r}")
+        return x
+    return check
+
+
+def positive(kind: type) -> Check:
+    return at_least(kind, 0, strict=True)
+
+
+def choice(*allowed: str) -> Check:
+    def check(key: str, v: Any) -> Any:
+        if v not in allowed:
+            raise ConfigError(f"{key}: {v!r} is not one of {', '.join(allowed)}")
+        return v
+    return check
+
+
+def url(key: str, v: Any) -> str:
+    try:
+        return parse_base_url(typed(str)(key, v))
+    except UrlError as exc:
+        raise UrlError(f"{key}: {exc}") from None
+
+
+def listen(key: str, v: Any) -> str:
+    s = typed(str)(key, v)
+    _host, sep, port = s.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{key}: {s!r} must be HOST:PORT with a port from 1 to 65535")
+    return s
+
+
+def window_list(key: str, v: Any) -> str:
+    s = typed(str)(key, v)
+    parts = [p.strip() for p in s.split(",")]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ConfigError(f"{key}: {s!r} must be a comma-separated list of window lengths in seconds, e.g. 60,300")
+    return ",".join(parts)
+
+
+def ratio(key: str, v: Any) -> float:
+    x = float(typed(float)(key, v))
+    if not 0 <= x < 1:
+        raise ConfigError(f"{key}: must be in [0, 1), got {v!r}")
+    return x
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    check: Check
+    help: str
+    many: bool = False  # may be given several times (a list)
+
+
+OPTIONS: dict[str, Option] = {
+    # the target and the probes: run, bench and sweep
+    "server_url": Option(url, "URL of the (speculative) server, http://host:port"),
+    "api": Option(choice("auto", *APIS), "auto | sglang | completions | chat"),
+    "max_tokens": Option(positive(int), "tokens per request"),
+    "temperature": Option(at_least(float, 0), "sampling temperature"),
+    "ignore_eos": Option(typed(bool), "generate exactly max_tokens (--no-ignore-eos to stop at EOS)"),
+    "prompts": Option(typed(str), "prompt file (JSONL with text or messages, or ShareGPT JSON); default: built-in"),
+    "concurrency": Option(positive(int), "closed loop: streams in flight"),
+    "rate_per_s": Option(positive(float), "open loop: requests per second (instead of the closed loop)"),
+    "connect_timeout_s": Option(positive(float), "connect timeout in seconds"),
+    "read_timeout_s": Option(positive(float), "longest silence within one stream, in seconds"),
+    # bench
+    "num_runs": Option(positive(int), "measured requests"),
+    "warmup": Option(at_least(int, 0), "warm-up requests, recorded apart and discarded"),
+    "poisson": Option(typed(bool), "open loop: Poisson arrivals instead of constant"),
+    "max_in_flight": Option(positive(int), "open loop: cap on streams in flight (waiting counts as schedule lag)"),
+    "seed": Option(typed(int), "seed of the Poisson arrivals"),
+    "json": Option(typed(str), "write the results document here"),
+    "records": Option(typed(str), "write every request record here (JSON Lines; replay with specwatch report)"),
+    "hlog": Option(typed(str), "write an HdrHistogram interval log here"),
+    # run
+    "log_file": Option(typed(str), "follow this server log file (across rotation and truncation)"),
+    "log_cmd": Option(typed(str), "read server logs from this command's stdout (restarted when it exits)"),
+    "log_stdin": Option(typed(bool), "read server logs from stdin"),
+    "from_start": Option(typed(bool), "read --log-file from its start instead of its end"),
+    "listen": Option(listen, f"HOST:PORT for /metrics and the API (default {DEFAULT_LISTEN})"),
+    "baseline_tps": Option(positive(float), "non-speculative decode tok/s to compare against"),
+    "baseline_url": Option(url, "a non-speculative server probed A/B with the same prompts"),
+    "pause_s": Option(at_least(float, 0), "pause between a stream's probes in seconds"),
+    "interval_s": Option(positive(float), "interval between window updates in seconds"),
+    "verdict_window_s": Option(positive(int), "window for tok/s, speedup and verdict, in seconds"),
+    "windows_s": Option(window_list, "rolling windows in seconds, comma-separated"),
+    "server_metrics": Option(typed(bool), "also scrape the server's own /metrics for accept length"),
+    "hysteresis": Option(ratio, "speedup must exceed 1 + this to clear the below-baseline state"),
+    "min_requests": Option(positive(int), "requests in the verdict window before a verdict"),
+    "drain_timeout_s": Option(positive(float), "on SIGTERM, wait this long for probes in flight"),
+    "view": Option(choice("auto", "table", "log"), "terminal table (auto when stdout is a TTY) or log lines"),
+    # sweep
+    "launch": Option(typed(str), "server command with {param} placeholders"),
+    "param": Option(typed(str), "NAME=V1,V2,… (several make a grid)", many=True),
+    "baseline_launch": Option(typed(str), "the same server without speculation"),
+    "targets": Option(typed(str), "URL,URL of servers already running (instead of --launch)"),
+    "ready_timeout_s": Option(positive(float), "wait this long for a launched server to become ready"),
+    "grace_s": Option(positive(float), "seconds between SIGTERM and SIGKILL when stopping a server"),
+    "out": Option(typed(str), "output directory"),
+}
+
+
+BOOL_KEYS = frozenset({"ignore_eos", "poisson", "log_stdin", "from_start", "server_metrics"})
+
+
+def flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def add_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
+    """One flag per key of ``defaults`` (``None``: no default); help shows the default."""
+    for key, default in defaults.items():
+        opt = OPTIONS[key]
+        shown = "" if default is None or default is False else f" (default {default})"
+        if key in BOOL_KEYS:
+            if default is True:
+                p.add_argument(flag("no_" + key), dest=key, action="store_const", const=False, default=None,
+                               help=f"do not {opt.help}")
+            else:
+                p.add_argument(flag(key), dest=key, action="store_const", const=True, default=None, help=opt.help)
+        elif opt.many:
+            p.add_argument(flag(key), dest=key, action="append", default=None, help=opt.help)
+        else:
+            p.add_argument(flag(key), dest=key, default=None, help=opt.help + shown)
+
+
+def validate(values: Mapping[str, Any], where: str, allowed: Iterable[str]) -> dict[str, Any]:
+    """Check every value of one layer; an unknown key or a bad value names the key and ``where``."""
+    allowed = tuple(allowed)
+    out: dict[str, Any] = {}
+    for key, raw in values.items():
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown option {key!r} (allowed: {', '.join(allowed)})")
+        try:
+            opt = OPTIONS[key]
+            out[key] = [opt.check(key, r) for r in raw] if opt.many else opt.check(key, raw)
+        except ConfigError as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+    return out
+
+
+def from_flags(ns: argparse.Namespace, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The command line layer over ``defaults``, validated."""
+    given = {k: v for k, v in vars(ns).items() if k in defaults and v is not None}
+    return dict(defaults) | validate(given, "command line", defaults)
+
+
+def require(values: Mapping[str, Any], keys: Iterable[str]) -> None:
+    for key in keys:
+        if values.get(key) in (None, "", []):
+            raise ConfigError(f"{key} is required ({flag(key)})")

@@ -1,0 +1,90 @@
+"""The probe's I/O seam: one pooled aiohttp session, one streamed request → one ``RequestRecord``.
+
+Source stage. Failures become records with an outcome and a one-line reason, never exceptions
+(``CancelledError`` excepted: the load loop records it and re-raises). The stream's meaning is
+``stream.Attempt``'s; this module only moves bytes and stamps their arrival.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ..errors import StreamError
+from ..records import Outcome, RequestRecord
+from .sse import SSEParser
+from .stream import PATHS, Attempt, GenParams, build_payload
+
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+CONTROL_CONNECTIONS = 4  # beyond the streams: detection, the server-metrics scrape, info queries
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect_s: float = 5.0
+    read_s: float = 60.0  # longest silence allowed between two reads of one stream
+
+
+def make_session(max_streams: int, timeouts: Timeouts) -> aiohttp.ClientSession:
+    """One pooled session. Connector limit and timeouts are explicit: aiohttp's defaults queue silently
+    past 100 connections and cut every request at 5 minutes. Callers pass the number that caps their
+    streams in flight (``LoadPlan.max_streams``), so no stream ever waits for a connection unmeasured."""
+    limit = max_streams + CONTROL_CONNECTIONS
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300)
+    timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_read=timeouts.read_s)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**20,
+                                 json_serialize=lambda o: orjson.dumps(o).decode())
+
+
+async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
+    """The decoded body of a 200 answer, else None. Connection errors propagate (the caller decides)."""
+    async with session.get(url) as resp:
+        if resp.status != 200:
+            return None
+        try:
+            return orjson.loads(await resp.read())
+        except orjson.JSONDecodeError:
+            return None
+
+
+async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenParams) -> RequestRecord:
+    target = attempt.target
+    url = target.base_url + PATHS[target.api]
+    body = orjson.dumps(build_payload(target, attempt.prompt, params))
+    attempt.sent_ns = time.monotonic_ns()
+
+    def fail(outcome: Outcome, error: str, status: int | None = None) -> RequestRecord:
+        return attempt.finish(outcome, time.monotonic_ns(), error, status)
+
+    try:
+        async with session.post(url, data=body, headers=JSON_HEADERS) as resp:
+            if resp.status != 200:
+                snippet = (await resp.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
+                return fail(Outcome.HTTP_ERROR, f"HTTP {resp.status}: {snippet}", resp.status)
+            parser = SSEParser()
+            async for data in resp.content.iter_any():
+                now = time.monotonic_ns()
+                for ev in parser.feed(data):
+                    if attempt.handle(ev.data, now):
+                        return attempt.finish(Outcome.OK, now, status=200)
+            now = time.monotonic_ns()
+            for ev in parser.close():
+                if attempt.handle(ev.data, now):
+                    return attempt.finish(Outcome.OK, now, status=200)
+            return fail(Outcome.STREAM_ERROR, "stream ended without [DONE]", 200)
+    except StreamError as exc:
+        return fail(Outcome.STREAM_ERROR, str(exc), 200)
+    except aiohttp.ConnectionTimeoutError:
+        return fail(Outcome.CONNECT_ERROR, "connect timed out")
+    except TimeoutError:
+        return fail(Outcome.TIMEOUT, "read timed out" if attempt.sent_ns else "timed out")
+    except aiohttp.ClientConnectorError as exc:
+        return fail(Outcome.CONNECT_ERROR, f"cannot connect: {exc.os_error or exc}")
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+        return fail(Outcome.STREAM_ERROR, f"connection lost mid-stream: {type(exc).__name__}: {exc}")
+    except aiohttp.ClientError as exc:
+        return fail(Outcome.STREAM_ERROR, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,70 @@
+"""Incremental Server-Sent Events parser. Probe stage, pure: bytes in, events out.
+
+Handles events split across reads, LF / CRLF / CR line endings, ``:`` comments, ``event:`` lines (SGLang
+0.5.23 sends ``event: sglext_ids``), multi-line ``data:`` and a last event without its blank line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import SSEError
+
+MAX_PENDING_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    event: str
+    data: bytes
+
+
+class SSEParser:
+    __slots__ = ("_buf", "_data", "_event")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._data: list[bytes] = []
+        self._event = ""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        buf = self._buf + chunk if self._buf else chunk
+        hold = b""
+        if buf.endswith(b"\r"):  # may be the first half of a CRLF split across reads
+            buf, hold = buf[:-1], b"\r"
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        self._buf = lines.pop() + hold
+        if len(self._buf) > MAX_PENDING_BYTES:
+            raise SSEError(f"an SSE line exceeded {MAX_PENDING_BYTES} bytes without a newline")
+        events: list[SSEEvent] = []
+        for line in lines:
+            self._line(line, events)
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: dispatch a last event that lacked its terminating blank line."""
+        events: list[SSEEvent] = []
+        if self._buf:
+            self._line(self._buf.rstrip(b"\r"), events)
+            self._buf = b""
+        self._line(b"", events)
+        return events
+
+    def _line(self, line: bytes, events: list[SSEEvent]) -> None:
+        if not line:
+            if self._data:
+                events.append(SSEEvent(self._event or "message", b"\n".join(self._data)))
+            self._data = []
+            self._event = ""
+            return
+        if line[0] == 0x3A:  # ":" comment / keep-alive
+            return
+        name, sep, value = line.partition(b":")
+        if sep and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")

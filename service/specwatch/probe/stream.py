@@ -1,0 +1,196 @@
+"""One request's stream, as pure state: the payload to send, then SSE data in, a ``RequestRecord`` out.
+
+No I/O and no clock of its own: the client hands every event its arrival time. Failures inside the stream
+raise ``StreamError``; the client turns them into a ``stream_error`` outcome.
+
+Token counting per chunk:
+- ``sglang``: ``meta_info.completion_tokens`` is cumulative on every chunk; the delta is exact even when
+  the server coalesced several rounds into one chunk.
+- OpenAI APIs: we ask for ``stream_options.continuous_usage_stats`` (SGLang 0.5.4.post2+, vLLM), which
+  puts cumulative ``usage`` on every chunk: exact. A server that ignores it only reports the total in
+  the final usage chunk; the total is then apportioned over the content chunks by their text length
+  (``tokens_exact=False``): per-token ITL and tokens per chunk are approximations in that case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..errors import StreamError
+from ..records import Outcome, RequestRecord, SpecStats
+from .prompts import Prompt
+
+PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str  # one of records.TARGETS
+    base_url: str
+    api: str  # one of records.APIS
+    model: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class GenParams:
+    max_tokens: int = 256
+    temperature: float = 0.0
+    ignore_eos: bool = True
+
+
+def build_payload(target: Target, prompt: Prompt, params: GenParams) -> dict[str, Any]:
+    if target.api == "sglang":
+        return {"text": prompt.as_text(), "stream": True,
+                "sampling_params": {"max_new_tokens": params.max_tokens, "temperature": params.temperature,
+                                    "ignore_eos": params.ignore_eos}}
+    body: dict[str, Any] = {"model": target.model, "max_tokens": params.max_tokens,
+                            "temperature": params.temperature, "ignore_eos": params.ignore_eos, "stream": True,
+                            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    if target.api == "chat":
+        body["messages"] = prompt.as_messages()
+    else:
+        body["prompt"] = prompt.as_text()
+    return body
+
+
+def _spec_from_meta(meta: dict[str, Any]) -> SpecStats | None:
+    vct = meta.get("spec_verify_ct")
+    if not isinstance(vct, int) or isinstance(vct, bool):
+        return None
+    hist = meta.get("spec_correct_drafts_histogram") or meta.get("spec_accept_histogram") or ()
+    return SpecStats(
+        verify_ct=vct,
+        accept_length=_num(meta.get("spec_accept_length")),
+        histogram=tuple(h for h in hist if isinstance(h, int)) if isinstance(hist, list) else (),
+    )
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass(slots=True)
+class Attempt:
+    """Mutable state of one request in flight; ``finish`` freezes it into a record."""
+
+    target: Target
+    prompt: Prompt
+    warmup: bool
+    intended_ns: int
+    sent_ns: int = 0
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    chunk_chars: list[int] = field(default_factory=list)  # text length, for apportioning when counts are missing
+    tokens: int = 0
+    counted: bool = False  # saw a per-chunk token count
+    final_tokens: int | None = None
+    prompt_tokens: int = 0
+    spec: SpecStats | None = None
+
+    def handle(self, data: bytes, now: int) -> bool:
+        """Consume one SSE data payload; True once the stream is complete ([DONE])."""
+        if data == b"[DONE]":
+            return True
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise StreamError(f"malformed JSON event: {data[:80]!r}") from None
+        if not isinstance(obj, dict):
+            raise StreamError(f"event is not a JSON object: {data[:80]!r}")
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            raise StreamError(f"server error event: {str(msg)[:160]}")
+        if self.target.api == "sglang":
+            self._sglang(obj, now)
+        else:
+            self._openai(obj, now)
+        return False
+
+    def _sglang(self, obj: dict[str, Any], now: int) -> None:
+        meta = obj.get("meta_info")
+        if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
+            raise StreamError("chunk without meta_info.completion_tokens")
+        ct = meta["completion_tokens"]
+        if ct > self.tokens:
+            self.chunk_ns.append(now)
+            self.chunk_tokens.append(ct - self.tokens)
+            self.tokens = ct
+        self.counted = True
+        self.prompt_tokens = _int(meta.get("prompt_tokens")) or self.prompt_tokens
+        fin = meta.get("finish_reason")
+        if fin is not None:
+            if isinstance(fin, dict) and fin.get("type") == "abort":
+                raise StreamError(f"request aborted by the server: {str(fin.get('message', ''))[:160]}")
+            self.final_tokens = ct
+            self.spec = _spec_from_meta(meta)
+
+    def _openai(self, obj: dict[str, Any], now: int) -> None:
+        choices = obj.get("choices") or []
+        text = ""
+        if choices and isinstance(choices[0], dict):
+            c = choices[0]
+            delta = c.get("delta")
+            if isinstance(delta, dict):
+                text = (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+            else:
+                text = c.get("text") or ""
+        usage = obj.get("usage")
+        ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(usage, dict):
+            self.prompt_tokens = _int(usage.get("prompt_tokens")) or self.prompt_tokens
+        if isinstance(ct, int) and choices:
+            self.counted = True
+            if ct > self.tokens:
+                self.chunk_ns.append(now)
+                self.chunk_tokens.append(ct - self.tokens)
+                self.chunk_chars.append(len(text))
+                self.tokens = ct
+        elif text:
+            self.chunk_ns.append(now)
+            self.chunk_tokens.append(0)  # unknown until the final usage
+            self.chunk_chars.append(len(text))
+        if isinstance(ct, int) and not choices:
+            self.final_tokens = ct
+        if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason") == "abort":
+            raise StreamError("request aborted by the server")
+        ext = obj.get("sglext")
+        if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
+            self.spec = _spec_from_meta(ext["spec_tokens_details"])
+
+    def _apportion(self) -> bool:
+        """Fill unknown per-chunk counts from the final total; returns whether counts are exact."""
+        if not self.chunk_tokens or all(n > 0 for n in self.chunk_tokens):
+            return True
+        total = self.final_tokens if self.final_tokens is not None else len(self.chunk_tokens)
+        chars = [max(1, c) for c in self.chunk_chars]
+        whole = sum(chars)
+        shares = [total * c / whole for c in chars]
+        counts = [max(1, int(s)) for s in shares]
+        i = 0
+        while sum(counts) < total:  # largest remainder first
+            order = sorted(range(len(shares)), key=lambda k: shares[k] - int(shares[k]), reverse=True)
+            counts[order[i % len(order)]] += 1
+            i += 1
+        self.chunk_tokens = counts
+        self.tokens = sum(counts)
+        return False
+
+    def finish(self, outcome: Outcome, done_ns: int, error: str = "", status: int | None = None) -> RequestRecord:
+        exact = self._apportion() if self.target.api != "sglang" else True
+        exact = exact and self.counted
+        out = self.final_tokens if self.final_tokens is not None else self.tokens
+        return RequestRecord(
+            api=self.target.api, target=self.target.name, prompt_id=self.prompt.id, domain=self.prompt.domain,
+            warmup=self.warmup, intended_ns=self.intended_ns, sent_ns=self.sent_ns or self.intended_ns,
+            done_ns=done_ns, chunk_ns=tuple(self.chunk_ns), chunk_tokens=tuple(self.chunk_tokens),
+            tokens_exact=exact, prompt_tokens=self.prompt_tokens, output_tokens=max(out, sum(self.chunk_tokens)),
+            outcome=outcome, status=status, error=error, spec=self.spec,
+        )

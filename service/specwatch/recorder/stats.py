@@ -1,0 +1,203 @@
+"""``Stats``: a mergeable aggregate of request records (one interval, a window, or a whole run) in HDR
+histograms, with exact sums for means. Recorder stage.
+
+``add`` is the per-request hot path (a few ``record_value`` calls, no percentile work); ``describe`` is the
+read side, run once per window per tick: every quantile in one pass per histogram.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import itertools
+import math
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from hdrh.histogram import HdrHistogram
+
+from ..records import LATENCY_METRICS, OUTCOMES, QUANTILES, ProbeWindow, Quantiles, RequestRecord
+from .observations import Observations, observe
+
+# Stored integers: latencies in µs; other metrics multiplied by their scale (milli-units keep 3 decimals).
+SCALED_METRICS = {"tokens_per_chunk": 1.0, "decode_tps": 1000.0, "accept_length": 1000.0}
+HDR_METRICS = (*LATENCY_METRICS, *SCALED_METRICS)
+HIGHEST_US = 3_600_000_000  # one hour
+
+
+def unit(name: str) -> float:
+    """Divisor from the stored integer to seconds (latencies) or the natural unit (others)."""
+    return 1e6 if name in LATENCY_METRICS else SCALED_METRICS[name]
+
+
+def new_histogram(name: str, digits: int) -> HdrHistogram:
+    h = HdrHistogram(1, HIGHEST_US if name in LATENCY_METRICS else 100_000_000, digits)
+    # hdrh's histogram and its encoder reference each other; the cycle keeps ~190 KB of counts alive until
+    # a full GC pass, which under steady load is rare enough for memory to grow by hundreds of MB.
+    h.encoder.histogram = weakref.proxy(h)
+    return h
+
+
+@dataclass(slots=True)
+class Stats:
+    digits: int = 3  # HDR significant digits: 3 keeps values within 0.1%, 2 within 1% at ~1/8 the memory
+    hists: dict[str, HdrHistogram] = field(default_factory=dict)
+    sums: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))  # exact, for means
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    out_of_range: collections.Counter[str] = field(default_factory=collections.Counter)
+    output_tokens: int = 0
+    decode_tokens: int = 0
+    decode_ns: int = 0
+    spec_tokens: int = 0  # sum of (completion_tokens - 1) over requests with a verify count
+    verify_ct: int = 0
+    server_accept_sum: float = 0.0
+    server_accept_n: int = 0
+    approx_requests: int = 0  # per-chunk token counts were apportioned, not reported
+    rounds_by_accepted: list[int] = field(default_factory=list)  # verify rounds by accepted drafts (server hist)
+
+    def _hist(self, name: str) -> HdrHistogram:
+        h = self.hists.get(name)
+        if h is None:
+            h = self.hists[name] = new_histogram(name, self.digits)
+        return h
+
+    def _put(self, name: str, value: float, count: int = 1) -> None:
+        if self._hist(name).record_value(int(value), count):
+            self.sums[name] += value * count
+        else:
+            self.out_of_range[name] += count
+
+    def add(self, rec: RequestRecord, obs: Observations | None = None) -> None:
+        self.outcomes[rec.outcome.value] += 1
+        obs = obs if obs is not None else observe(rec)
+        if obs is None:
+            return
+        self.output_tokens += rec.output_tokens
+        if not rec.tokens_exact:
+            self.approx_requests += 1
+        if obs.ttft_ns is not None:
+            self._put("ttft", obs.ttft_ns / 1000)
+        self._put("e2e", obs.e2e_ns / 1000)
+        self._put("service", obs.service_ns / 1000)
+        self._put("schedule_lag", obs.schedule_lag_ns / 1000)
+        for gap in obs.gaps_ns:
+            self._put("inter_chunk", gap / 1000)
+        for itl_ns, n in obs.itl():
+            self._put("itl", itl_ns / 1000, n)
+            self._put("tokens_per_chunk", n)
+        tps = obs.decode_tokens_per_second
+        if tps is not None:
+            self._put("decode_tps", tps * 1000)
+            self.sums["decode_tps_sq"] += tps * tps
+            self.decode_tokens += rec.decode_tokens
+            self.decode_ns += rec.decode_ns
+        al = rec.accept_length
+        if al is not None and rec.spec is not None:
+            self._put("accept_length", al * 1000)
+            self.spec_tokens += rec.output_tokens - 1
+            self.verify_ct += rec.spec.verify_ct
+            if rec.spec.accept_length is not None:
+                self.server_accept_sum += rec.spec.accept_length
+                self.server_accept_n += 1
+            _add_into(self.rounds_by_accepted, rec.spec.histogram)
+
+    def merge(self, other: Stats) -> None:
+        if not self.hists:
+            self.digits = other.digits
+        for name, h in other.hists.items():
+            self._hist(name).add(h)
+        for name, v in other.sums.items():
+            self.sums[name] += v
+        self.outcomes.update(other.outcomes)
+        self.out_of_range.update(other.out_of_range)
+        _add_into(self.rounds_by_accepted, other.rounds_by_accepted)
+        for f in ("output_tokens", "decode_tokens", "decode_ns", "spec_tokens", "verify_ct", "server_accept_sum",
+                  "server_accept_n", "approx_requests"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+    # ---- read side (tick time only) ----------------------------------------------------------
+    def quantiles(self, name: str, qs: Iterable[float] = QUANTILES) -> dict[float, float | None]:
+        """Several quantiles in one C-speed pass over the counts (hdrh's own query walks them in Python)."""
+        h = self.hists.get(name)
+        total = 0 if h is None else h.get_total_count()
+        if h is None or total == 0:
+            return dict.fromkeys(qs)
+        end = h.get_counts_array_index(h.get_max_value()) + 1  # nothing is recorded above the max
+        cum = list(itertools.accumulate(memoryview(h.counts).cast("B").cast("Q")[:end]))
+        out: dict[float, float | None] = {}
+        for q in qs:
+            target = max(1, int(min(q, 1.0) * total + 0.5))  # hdrh's get_target_count_at_percentile
+            idx = bisect.bisect_left(cum, target)
+            out[q] = h.get_highest_equivalent_value(h.get_value_from_index(idx)) / unit(name)
+        return out
+
+    def mean(self, name: str) -> float | None:
+        n = self.count(name)
+        return self.sums.get(name, 0.0) / n / unit(name) if n else None
+
+    def count(self, name: str) -> int:
+        h = self.hists.get(name)
+        return 0 if h is None else int(h.get_total_count())
+
+    def summary(self, name: str) -> Quantiles:
+        q = self.quantiles(name)
+        return Quantiles(p50=q[0.5], p90=q[0.9], p99=q[0.99], mean=self.mean(name), count=self.count(name),
+                         sum=self.sums.get(name, 0.0) / unit(name))
+
+    def describe(self) -> ProbeWindow:
+        ok = self.outcomes.get("ok", 0)
+        return ProbeWindow(
+            requests=self.requests, ok=ok, errors=self.requests - ok,
+            outcomes={o: self.outcomes.get(o, 0) for o in OUTCOMES},
+            tokens_per_second=self.decode_tokens_per_second,
+            tokens_per_second_relative_stderr=self.decode_tps_relative_stderr,
+            accept_length=self.accept_length, server_reported_accept_length=self.server_accept_length,
+            tokens_per_chunk=self.mean("tokens_per_chunk"), position_acceptance=self.position_acceptance,
+            approximated_requests=self.approx_requests,
+            latency_s={m: self.summary(m) for m in LATENCY_METRICS})
+
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        """Token-weighted decode rate: sum(decode tokens) / sum(last chunk - first chunk)."""
+        return self.decode_tokens * 1e9 / self.decode_ns if self.decode_ns else None
+
+    @property
+    def decode_tps_relative_stderr(self) -> float | None:
+        """Standard error of the mean per-request decode tok/s, relative to that mean."""
+        n = self.count("decode_tps")
+        if n < 2:
+            return None
+        mean = self.sums["decode_tps"] / 1000 / n
+        var = max(0.0, (self.sums["decode_tps_sq"] - n * mean * mean) / (n - 1))
+        return math.sqrt(var / n) / mean if mean > 0 else None
+
+    @property
+    def accept_length(self) -> float | None:
+        return self.spec_tokens / self.verify_ct if self.verify_ct else None
+
+    @property
+    def position_acceptance(self) -> tuple[float, ...]:
+        """Share of verify rounds whose draft position i (index 0 = position 1) was accepted, from the
+        server's per-request histogram of accepted drafts per round (SGLang's spec_correct_drafts_histogram)."""
+        rounds = sum(self.rounds_by_accepted)
+        if not rounds:
+            return ()
+        tail = list(itertools.accumulate(reversed(self.rounds_by_accepted)))[::-1]  # rounds with >= i accepted
+        return tuple(t / rounds for t in tail[1:])
+
+    @property
+    def server_accept_length(self) -> float | None:
+        return self.server_accept_sum / self.server_accept_n if self.server_accept_n else None
+
+    @property
+    def requests(self) -> int:
+        return sum(self.outcomes.values())
+
+
+def _add_into(acc: list[int], counts: Iterable[int]) -> None:
+    for i, c in enumerate(counts):
+        if i < len(acc):
+            acc[i] += c
+        else:
+            acc.append(c)

@@ -1,0 +1,216 @@
+"""Log sources: follow a file (rotation and truncation), a command's stdout (restarted), or stdin.
+
+Server side, source stage. Each source cuts bytes into lines with ``LineSplitter`` and hands every complete line to
+``on_line``; lines over the limit, binary junk and partial last lines are counted and skipped. Sources
+never raise on I/O trouble: they report ``up`` and retry. Their ``SourceState`` is plain counters that the
+exporter reads at scrape time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+MAX_LINE_BYTES = 64 * 1024
+# A file is read this much at a time, yielding to the event loop in between: a large backlog (--from-start
+# on a long log) must not hold up the probes in flight, whose latency would then be the sidecar's own stall.
+READ_CHUNK_BYTES = 16 * 1024
+log = logging.getLogger("specwatch.logs")
+
+
+@dataclass(slots=True)
+class SourceState:
+    up: bool = False
+    restarts: int = 0  # file reopenings (rotation, truncation) or command restarts
+    skipped: collections.Counter[str] = field(default_factory=collections.Counter)  # by records.SKIP_REASONS
+    last_error: str = ""
+
+
+class LineSplitter:
+    """Bytes → complete lines. A line longer than ``limit`` is dropped whole (counted once)."""
+
+    __slots__ = ("_buf", "_discarding", "limit", "on_line", "state")
+
+    def __init__(self, on_line: Callable[[str], None], state: SourceState, limit: int = MAX_LINE_BYTES) -> None:
+        self.on_line = on_line
+        self.state = state
+        self.limit = limit
+        self._buf = b""
+        self._discarding = False
+
+    def feed(self, data: bytes) -> None:
+        buf = self._buf + data if self._buf else data
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            line = buf[start:nl]
+            start = nl + 1
+            if self._discarding:
+                self._discarding = False
+                continue
+            self._emit(line)
+        rest = buf[start:]
+        if len(rest) > self.limit:
+            if not self._discarding:
+                self.state.skipped["too_long"] += 1
+                self._discarding = True
+            rest = b""
+        self._buf = rest
+
+    def _emit(self, line: bytes) -> None:
+        if len(line) > self.limit:
+            self.state.skipped["too_long"] += 1
+            return
+        if b"\x00" in line:
+            self.state.skipped["binary"] += 1
+            return
+        text = line.decode("utf-8", "replace").rstrip("\r")
+        if "\ufffd" in text and text.count("\ufffd") * 10 > len(text):
+            self.state.skipped["binary"] += 1
+            return
+        self.on_line(text)
+
+    def flush_partial(self) -> None:
+        """The stream ended (or the file was rotated away) with an unterminated last line."""
+        if self._buf and not self._discarding:
+            self.state.skipped["partial"] += 1
+        self._buf = b""
+        self._discarding = False
+
+
+class FileFollower:
+    """``tail -F`` by polling: survives rename+create rotation and copytruncate, waits for a missing file."""
+
+    def __init__(self, path: str, on_line: Callable[[str], None], from_start: bool = False,
+                 poll_s: float = 0.1) -> None:
+        self.path = path
+        self.state = SourceState()
+        self.split = LineSplitter(on_line, self.state)
+        self.from_start = from_start
+        self.poll_s = poll_s
+
+    async def run(self) -> None:
+        fd: int | None = None
+        ino = 0
+        pos = 0
+        first = True
+        try:
+            while True:
+                if fd is None:
+                    try:
+                        fd = os.open(self.path, os.O_RDONLY)
+                    except OSError as exc:
+                        self.state.up = False
+                        self.state.last_error = f"{self.path}: {exc.strerror}"
+                        first = False  # a file that appears later is read from its start
+                        await asyncio.sleep(self.poll_s)
+                        continue
+                    opened = os.fstat(fd)
+                    ino = opened.st_ino
+                    pos = opened.st_size if first and not self.from_start else 0
+                    first = False
+                    self.state.up = True
+                pos = await self._drain(fd, pos)
+                try:
+                    st: os.stat_result | None = os.stat(self.path)
+                except OSError:
+                    st = None
+                if st is None or st.st_ino != ino:
+                    pos = await self._drain(fd, pos)  # the rest of the rotated file, then switch
+                    self.split.flush_partial()
+                    os.close(fd)
+                    fd = None
+                    self.state.restarts += 1
+                    continue
+                if st.st_size < pos:  # copytruncate
+                    pos = 0
+                    self.split.flush_partial()
+                    self.state.restarts += 1
+                    continue
+                await asyncio.sleep(self.poll_s)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    async def _drain(self, fd: int, pos: int) -> int:
+        while True:
+            data = os.pread(fd, READ_CHUNK_BYTES, pos)
+            if not data:
+                return pos
+            pos += len(data)
+            self.split.feed(data)
+            await asyncio.sleep(0)
+
+
+class CommandSource:
+    """A command's stdout (e.g. ``docker logs -f sglang``); restarted with backoff when it exits."""
+
+    def __init__(self, cmd: str, on_line: Callable[[str], None], backoff_max_s: float = 30.0) -> None:
+        self.cmd = cmd
+        self.state = SourceState()
+        self.split = LineSplitter(on_line, self.state)
+        self.backoff_max_s = backoff_max_s
+
+    async def run(self) -> None:
+        backoff = 0.5
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            try:
+                proc = await asyncio.create_subprocess_shell(
+                    self.cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                    stdin=asyncio.subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                self.state.up = False
+                self.state.last_error = f"cannot start log command: {exc}"
+                log.warning("%s; retrying in %.1fs", self.state.last_error, backoff)
+            else:
+                self.state.up = True
+                try:
+                    assert proc.stdout is not None
+                    while data := await proc.stdout.read(1 << 16):
+                        self.split.feed(data)
+                    rc = await proc.wait()
+                    self.state.last_error = f"log command exited with status {rc}"
+                finally:
+                    if proc.returncode is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(proc.pid, 15)
+                        await proc.wait()
+                self.split.flush_partial()
+                self.state.up = False
+                log.warning("log command %r exited with status %s; restarting in %.1fs", self.cmd, rc, backoff)
+            self.state.restarts += 1
+            if loop.time() - started > 30:
+                backoff = 0.5
+            await asyncio.sleep(backoff)
+            backoff = min(self.backoff_max_s, backoff * 2)
+
+
+class StdinSource:
+    def __init__(self, on_line: Callable[[str], None]) -> None:
+        self.state = SourceState()
+        self.split = LineSplitter(on_line, self.state)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        self.state.up = True
+        while data := await reader.read(1 << 16):
+            self.split.feed(data)
+        self.split.flush_partial()
+        self.state.up = False
+        self.state.last_error = "stdin closed"
+        await asyncio.Event().wait()  # stay alive: the daemon keeps probing
+
+
+LogSource = FileFollower | CommandSource | StdinSource

@@ -1,0 +1,125 @@
+"""The simulator's OpenAI-compatible routes: ``/v1/completions``, ``/v1/chat/completions`` and ``/v1/models``,
+streamed chunk for chunk as SGLang does (``stream_options.include_usage`` / ``continuous_usage_stats``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from .engine import Snapshot
+from .text import count_prompt_tokens
+from .wire import SSE_HEADERS, BadRequest, Handlers, boolean, json_response, max_tokens, number, read_json
+
+
+class OpenAIAPI(Handlers):
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+
+    async def models(self, request: web.Request) -> web.Response:
+        name = self.ident.served_model_name
+        return json_response({"object": "list", "data": [{"id": name, "object": "model", "created": int(time.time()),
+                                                  "owned_by": "sglang", "root": name, "max_model_len": 131072}]})
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, chat=True)
+
+    def _openai_prompt(self, body: dict[str, Any], chat: bool) -> str:
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs or not all(
+                    isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs):
+                raise BadRequest("messages must be a non-empty list of {role, content} objects")
+            return "\n".join(f"<|{m.get('role', 'user')}|>{m['content']}" for m in msgs) + "\n<|assistant|>"
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise BadRequest("prompt must be a string")
+        return prompt
+
+    async def _openai(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await read_json(request)
+            prompt = self._openai_prompt(body, chat)
+            key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+            max_new = max_tokens(body, key, 16 if not chat else 2048)
+            temperature = number(body, "temperature", 1.0)
+            ignore_eos = boolean(body, "ignore_eos")
+            stream = boolean(body, "stream")
+            so = body.get("stream_options") or {}
+            if not isinstance(so, dict):
+                raise BadRequest("stream_options must be an object")
+            include_usage = boolean(so, "include_usage")
+            continuous = boolean(so, "continuous_usage_stats")
+        except BadRequest as exc:
+            return json_response({"object": "error", "message": str(exc), "type": "BadRequestError", "param": None,
+                          "code": 400}, 400)
+        req = self.new_request(request, prompt, count_prompt_tokens(prompt), max_new, ignore_eos, temperature,
+                                None, None)
+        oid = ("chatcmpl-" if chat else "cmpl-") + req.rid
+        created = int(time.time())
+        model = self.ident.served_model_name
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def usage(done: int) -> dict[str, int]:
+            return {"prompt_tokens": req.prompt_tokens, "completion_tokens": done,
+                    "total_tokens": req.prompt_tokens + done}
+
+        def reason(snap: Snapshot) -> str | None:
+            if not snap.finished or snap.finish_reason is None:
+                return None
+            return "length" if snap.finish_reason["type"] == "length" else "stop"
+
+        if not stream:
+            last = await self.drive(req, None)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": reason(last), "logprobs": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": last.text, "reasoning_content": None,
+                                     "tool_calls": None}
+            else:
+                choice["text"] = last.text
+                choice["matched_stop"] = None
+            return json_response({"id": oid, "object": "chat.completion" if chat else "text_completion",
+                          "created": created, "model": model, "choices": [choice],
+                          "usage": usage(last.completion_tokens)})
+
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        await resp.prepare(request)
+
+        async def send(choices: list[dict[str, Any]], use: dict[str, int] | None) -> None:
+            chunk = {"id": oid, "object": obj, "created": created, "model": model, "choices": choices,
+                     "usage": use}
+            await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+
+        if chat:
+            await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                         "finish_reason": None}], usage(0) if continuous else None)
+        offset = 0
+
+        async def write(snap: Snapshot) -> None:
+            nonlocal offset
+            delta, offset = snap.text[offset:], len(snap.text)
+            use = usage(snap.completion_tokens) if continuous else None
+            fin = reason(snap)
+            if chat:
+                await send([{"index": 0, "delta": {"content": delta}, "logprobs": None, "finish_reason": None}], use)
+                if fin is not None:
+                    await send([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": fin}], use)
+            else:
+                await send([{"index": 0, "text": delta, "logprobs": None, "finish_reason": fin,
+                             "matched_stop": None}], use)
+
+        final = await self.drive(req, write)
+        if include_usage:
+            await send([], usage(final.completion_tokens))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
