@@ -14,8 +14,9 @@ import aiohttp
 import orjson
 
 from common import free_port, start_fastserver
-from specwatch.client import Attempt, GenParams, Target, Timeouts, execute, make_session
-from specwatch.prompts import Prompt
+from specwatch.probe.client import Timeouts, execute, make_session
+from specwatch.probe.prompts import Prompt
+from specwatch.probe.stream import Attempt, GenParams, Target
 
 
 async def bare(session: aiohttp.ClientSession, url: str, tokens: int) -> int:

@@ -13,8 +13,8 @@ import re
 import tempfile
 import time
 
-from specwatch.ingest import LogIngest
-from specwatch.logtail import LineSplitter, SourceState
+from specwatch.server.ingest import LogIngest
+from specwatch.server.logtail import LineSplitter, SourceState
 from specwatch.sim import logfmt
 
 BARE = re.compile(r"Decode batch.*?accept len: ([\d.]+)")
@@ -38,7 +38,7 @@ def make_file(n: int) -> str:
 
 def ours(data: bytes) -> int:
     samples = []
-    ingest = LogIngest(samples.append, lambda r: None)
+    ingest = LogIngest(samples.append)
     LineSplitter(ingest, SourceState()).feed(data)
     return len(samples)
 

@@ -11,8 +11,8 @@ import asyncio
 from pathlib import Path
 
 from common import free_port, start_fastserver
+from specwatch.commands.run import Daemon
 from specwatch.config import Config
-from specwatch.daemon import Daemon
 
 
 def marks_for(total: int) -> list[int]:

@@ -45,7 +45,7 @@ def _floats(v: Any, key: str) -> tuple[float, ...]:
 REQUEST_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("api", "target", "prompt_id", "domain", "error"), (str,)),
     **dict.fromkeys(("intended_ns", "sent_ns", "done_ns", "prompt_tokens", "output_tokens"), (int,)),
-    "warmup": (bool,), "tokens_exact": (bool,), "status": (int, type(None)),
+    "warmup": (bool,), "tokens_exact": (bool,), "http_status": (int, type(None)),
 }
 
 

@@ -120,7 +120,7 @@ OPTIONS: dict[str, Option] = {
     "api": Option(choice("auto", *APIS), "auto | sglang | completions | chat"),
     "max_tokens": Option(positive(int), "tokens per request"),
     "temperature": Option(at_least(float, 0), "sampling temperature"),
-    "ignore_eos": Option(typed(bool), "generate exactly max_tokens (--no-ignore-eos to stop at EOS)"),
+    "ignore_eos": Option(typed(bool), "generate exactly max_tokens; --no-ignore-eos stops at EOS"),
     "prompts": Option(typed(str), "prompt file (JSONL with text or messages, or ShareGPT JSON); default: built-in"),
     "concurrency": Option(positive(int), "closed loop: streams in flight"),
     "rate_per_s": Option(positive(float), "open loop: requests per second (instead of the closed loop)"),
@@ -176,11 +176,10 @@ def add_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
         opt = OPTIONS[key]
         shown = "" if default is None or default is False else f" (default {default})"
         if key in BOOL_KEYS:
+            p.add_argument(flag(key), dest=key, action="store_const", const=True, default=None,
+                           help=opt.help + (" (default)" if default is True else ""))
             if default is True:
-                p.add_argument(flag("no_" + key), dest=key, action="store_const", const=False, default=None,
-                               help=f"do not {opt.help}")
-            else:
-                p.add_argument(flag(key), dest=key, action="store_const", const=True, default=None, help=opt.help)
+                p.add_argument(flag("no_" + key), dest=key, action="store_const", const=False, default=None)
         elif opt.many:
             p.add_argument(flag(key), dest=key, action="append", default=None, help=opt.help)
         else:

@@ -58,7 +58,7 @@ class RequestRecord:
     prompt_tokens: int
     output_tokens: int
     outcome: Outcome
-    status: int | None = None  # HTTP status, when a response arrived
+    http_status: int | None = None  # when a response arrived
     error: str = ""
     spec: SpecStats | None = None
 

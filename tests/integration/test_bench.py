@@ -92,7 +92,7 @@ def test_per_token_itl_is_not_the_per_chunk_gap(procs, tmp_path):
 def test_open_loop_pause_shows_in_intended_start_latency_and_schedule_lag(procs, tmp_path):
     sim = procs.sim(*SPEC5)
     out = tmp_path / "b.json"
-    p = subprocess.Popen(specwatch_cmd("bench", "--server-url", sim.url, "--rate", "8", "--max-in-flight", "2",
+    p = subprocess.Popen(specwatch_cmd("bench", "--server-url", sim.url, "--rate-per-s", "8", "--max-in-flight", "2",
                                        "--num-runs", "40", "--warmup", "0", "--max-tokens", "4", "--json", str(out)),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wait_until(lambda: len(sim_truth(sim)["requests"]) >= 8, what="steady open-loop traffic")
@@ -118,7 +118,7 @@ def test_every_failure_becomes_a_record_and_bench_keeps_going(tmp_path):
     try:
         assert server.stdout.readline().strip() == "ready"
         doc, out = bench(f"http://127.0.0.1:{port}", tmp_path, "--api", "sglang", "--num-runs", "10", "--warmup",
-                         "0", "--max-tokens", "5", "--read-timeout", "1")
+                         "0", "--max-tokens", "5", "--read-timeout-s", "1")
     finally:
         server.kill()
     outcomes = [r["outcome"] for r in doc["runs"]]
@@ -146,11 +146,12 @@ def test_connection_refused_everywhere_exits_non_zero_with_the_reason(tmp_path):
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (("--server-url", "localhost:30000"), "--server-url: 'localhost:30000' must start with http://"),
-    (("--server-url", "http://x:1", "--concurrency", "0"), "--concurrency: value 0 is out of range"),
-    (("--server-url", "http://x:1", "--rate", "-1"), "--rate: value -1.0 is out of range"),
-    (("--server-url", "http://x:1", "--api", "grpc"), "invalid choice: 'grpc'"),
-    (("--server-url", "http://x:1", "--max-tokens", "many"), "invalid int value: 'many'"),
+    (("--server-url", "localhost:30000"), "server_url: 'localhost:30000' must start with http://"),
+    (("--server-url", "http://x:1", "--concurrency", "0"), "concurrency: must be > 0, got '0'"),
+    (("--server-url", "http://x:1", "--rate-per-s", "-1"), "rate_per_s: must be > 0, got '-1'"),
+    (("--server-url", "http://x:1", "--api", "grpc"), "api: 'grpc' is not one of auto, sglang, completions, chat"),
+    (("--server-url", "http://x:1", "--max-tokens", "many"), "max_tokens: expected int, got 'many'"),
+    (("--max-tokens", "5",), "server_url is required (--server-url)"),
 ])
 def test_bad_flags_fail_at_start_naming_them(flags, message):
     p = subprocess.run(specwatch_cmd("bench", *flags), capture_output=True, text=True, timeout=30)
@@ -170,3 +171,50 @@ def test_hlog_and_json_outputs(procs, tmp_path):
     assert {"spec.ttft", "spec.itl", "spec.inter_chunk", "spec.e2e"} <= tags
     assert len(doc["runs"]) == 2 and doc["api"] == "sglang" and doc["server_info"]["speculative_num_steps"] == 5
     assert http_get(sim.url + "/health")[0] == 200
+
+
+def test_report_replays_bench_records_into_the_same_numbers(procs, tmp_path):
+    sim = procs.sim(*SPEC5)
+    records, hlog = tmp_path / "run.jsonl", tmp_path / "bench.hlog"
+    doc, out = bench(sim.url, tmp_path, "--num-runs", "6", "--warmup", "1", "--concurrency", "2", "--max-tokens",
+                     "40", "--records", str(records), "--hlog", str(hlog))
+    lines = records.read_text().splitlines()
+    assert len(lines) == 1 + 1 + 6  # the run line, the warm-up, the measured requests
+    rep_json, rep_hlog = tmp_path / "report.json", tmp_path / "report.hlog"
+    p = subprocess.run(specwatch_cmd("report", str(records), "--json", str(rep_json), "--hlog", str(rep_hlog)),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    replayed = json.loads(rep_json.read_text())
+    assert replayed["results"] == doc["results"] and replayed["runs"] == doc["runs"]
+    assert replayed["by_domain"] == doc["by_domain"] and replayed["config"] == doc["config"]
+    assert doc["results"]["ok"] == 6 and doc["results"]["decode_tokens_per_second"] > 0
+    # the report's text is the bench's, from "Results" on
+    assert p.stdout[p.stdout.index("========== Results"):].strip() == out[out.index("========== Results"):].strip()
+
+    def histograms(path):
+        return sorted(line.split(",", 1)[0] + "," + line.rsplit(",", 1)[1]
+                      for line in path.read_text().splitlines() if line.startswith("Tag="))
+
+    assert histograms(rep_hlog) == histograms(hlog) and len(histograms(hlog)) >= 8
+
+
+def test_report_names_the_bad_line_of_a_records_file(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "run", "server_url": "http://x:1", "api": "sglang", "model": "m"}\n'
+                   '{"kind": "request", "api": "sglang"}\n')
+    p = subprocess.run(specwatch_cmd("report", str(bad)), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and f"{bad}:2: missing field 'target'" in p.stderr
+
+
+def test_a_failed_bench_leaves_no_open_file_behind(tmp_path):
+    """Every request fails: the .hlog is still written whole and closed (no ResourceWarning at exit)."""
+    url = f"http://127.0.0.1:{free_port()}"
+    hlog = tmp_path / "failed.hlog"
+    p = subprocess.run([sys.executable, "-X", "dev", "-W", "always::ResourceWarning", "-m", "specwatch", "bench",
+                        "--server-url", url, "--api", "sglang", "--num-runs", "2", "--warmup", "0", "--hlog",
+                        str(hlog), "--records", str(tmp_path / "r.jsonl")], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1 and "every request failed" in p.stderr
+    assert "ResourceWarning" not in p.stderr
+    assert hlog.read_text().startswith("#[specwatch interval log")
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 3

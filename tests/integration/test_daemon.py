@@ -197,3 +197,18 @@ def test_parse_log_command(tmp_path):
     accepted = 6760 + 1853 + 1440 + 1100 + 2890 + 2604 + 7000
     drafted = 12000 + 7500 + 27000 + 2000 + 6000 + 4000 + 10000
     assert vllm["draft_acceptance_rate_weighted"] == pytest.approx(accepted / drafted)
+
+
+@pytest.mark.parametrize(("metrics", "up"), [(True, 1.0), (False, 0.0)])
+def test_server_metrics_scrape_reports_up(procs, metrics, up):
+    sim = procs.sim(*spec_flags(3), "--quiet", *(("--enable-metrics",) if metrics else ()))
+    d = start_daemon(procs, "--server-url", sim.url, "--server-metrics", "--interval-s", "0.3", "--max-tokens", "20",
+                     "--pause-s", "0")
+    wait_until(lambda: scrape(d.url)["specwatch_server_metrics_up"] == up, what=f"server metrics up = {up}")
+    if metrics:
+        wait_until(lambda: scrape(d.url).get('specwatch_server_samples_total{source="scrape"}', 0) > 0,
+                   what="scrape samples")
+    else:
+        wait_until(lambda: "scraping the server's" in d.output() and "HTTP 404" in d.output(),
+                   what="the failed scrape logged")
+        assert d.output().count("scraping the server's") == 1  # rate-limited, not once per interval

@@ -147,7 +147,7 @@ def check_run_args(args: list[str]) -> None:
         return
     assert args[0] == "run"
     p = argparse.ArgumentParser()
-    config.add_flags(p)
+    config.add_run_flags(p)
     config.load(p.parse_args(args[1:]), {})
 
 

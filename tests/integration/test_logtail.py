@@ -116,3 +116,29 @@ async def test_command_that_cannot_start_is_retried_not_fatal():
         assert "status 127" in src.state.last_error
     finally:
         task.cancel()
+
+
+async def test_from_start_on_a_large_log_yields_to_the_event_loop_while_it_reads(tmp_path):
+    """A long backlog is read in slices: another task runs between them (before the fix it ran only after
+    the whole file had been parsed, so every probe in flight measured the sidecar's own stall)."""
+    path = tmp_path / "big.log"
+    total = 20_000
+    path.write_text("".join(f"[2025-05-02 10:05:31] Decode batch. #running-req: 1, #token: {i}\n"
+                            for i in range(total)))
+    got: list[str] = []
+    seen_by_other_task: list[int] = []
+    f = FileFollower(str(path), got.append, from_start=True, poll_s=0.01)
+    task = asyncio.create_task(f.run())
+
+    async def other() -> None:
+        while len(got) < total:
+            seen_by_other_task.append(len(got))
+            await asyncio.sleep(0)
+
+    try:
+        await asyncio.wait_for(other(), 30)
+    finally:
+        task.cancel()
+    assert len(got) == total
+    partial = [n for n in seen_by_other_task if 0 < n < total]
+    assert len(partial) >= 10, f"the reader held the loop: other task saw {sorted(set(seen_by_other_task))[:5]}"

@@ -4,8 +4,8 @@ import orjson
 import pytest
 
 from specwatch.errors import StreamError
-from specwatch.probe.stream import Attempt, GenParams, Target, build_payload
 from specwatch.probe.prompts import Prompt
+from specwatch.probe.stream import Attempt, GenParams, Target, build_payload
 from specwatch.records import Outcome
 
 P = Prompt("p1", "code", text="def f():")

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from specwatch.probe.schedule import ConstantPacer, PoissonPacer, make_pacer
 from specwatch.analysis.verdict import Judge, VerdictInputs, breakeven, cycle_seconds, speedup, verdict_inputs
+from specwatch.probe.schedule import ConstantPacer, PoissonPacer, make_pacer
 from specwatch.records import ProbeWindow
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from ..analysis.server_log import SamplePool
+from ..records import LOG_RESULTS
 from ..server.logparse import parse_line
 from ..server.logtail import MAX_LINE_BYTES
 
@@ -81,7 +82,7 @@ def analyse(paths: list[str]) -> dict[str, Any]:
                 ser.accept_rate.append(s.accept_rate)
             if s.gen_throughput is not None:
                 ser.gen_throughput.append(s.gen_throughput)
-    return {"lines": {k: counts.get(k, 0) for k in ("parsed", "ignored", "malformed", "skipped")},
+    return {"lines": {k: counts.get(k, 0) for k in (*LOG_RESULTS, "skipped")},
             "series": {k: v.summary() for k, v in sorted(series.items())}}
 
 

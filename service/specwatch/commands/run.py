@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Coroutine
 from typing import IO, Any
 
 import aiohttp
@@ -22,7 +23,7 @@ from aiohttp import web
 
 from .. import config as config_mod
 from ..analysis.verdict import Judge, Verdict, verdict_inputs
-from ..errors import ConfigError, TargetError
+from ..errors import ConfigError
 from ..export.hlog import HlogWriter
 from ..export.http import Endpoints
 from ..export.prometheus import Exporter, window_label
@@ -30,9 +31,9 @@ from ..export.summary import Summary, TargetState, log_state, server_state
 from ..export.view import View
 from ..probe import prompts as prompt_sets
 from ..probe.client import Timeouts, make_session
-from ..probe.detect import UNREACHABLE, detect
+from ..probe.detect import wait_for_target
 from ..probe.load import Load, LoadPlan, PromptCycle
-from ..probe.stream import GenParams, Target
+from ..probe.stream import GenParams
 from ..recorder.observations import observe
 from ..recorder.samples import SampleWindows
 from ..recorder.stats import Stats
@@ -40,10 +41,9 @@ from ..recorder.windows import Recorder
 from ..records import ProbeWindow, RequestRecord, ServerSample
 from ..server.ingest import LogIngest
 from ..server.logtail import CommandSource, FileFollower, LogSource, StdinSource
-from ..server.scrape import ScrapeState, samples_from_text
+from ..server.scrape import scrape_forever
 
 log = logging.getLogger("specwatch")
-SCRAPE_WARN_EVERY_S = 60.0
 
 
 def make_source(cfg: config_mod.Config, ingest: LogIngest) -> tuple[LogSource | None, str | None]:
@@ -117,55 +117,18 @@ class Daemon:
         urls = {"spec": c.server_url} | ({"baseline": c.baseline_url} if c.baseline_url else {})
         targets = []
         for name, url in urls.items():
-            target = await self._detect(session, name, url)
+            target = await wait_for_target(session, name, url, c.api, self.stop, self.set_up)
             if target is None:
                 return  # stopped before the target came up
+            self.api[name] = target.api
             targets.append(target)
         plist = prompt_sets.load(c.prompts) if c.prompts else prompt_sets.builtin()
         params = GenParams(max_tokens=c.max_tokens, temperature=c.temperature, ignore_eos=True)
         await Load(session, PromptCycle(plist, targets), params, plan, self.on_record, self.stop).run()
 
-    async def _detect(self, session: aiohttp.ClientSession, name: str, url: str) -> Target | None:
-        delay = 1.0
-        while True:
-            try:
-                info = await detect(session, url, self.cfg.api)
-            except (*UNREACHABLE, TargetError) as exc:
-                self.set_up(name, False)
-                log.warning("target %s (%s) not reachable yet: %s", name, url, exc or type(exc).__name__)
-                if self.cfg.api != "auto":
-                    return Target(name, url, self.cfg.api)
-                try:
-                    await asyncio.wait_for(self.stop.wait(), delay)
-                    return None
-                except TimeoutError:
-                    delay = min(5.0, delay * 2)
-                continue
-            self.set_up(name, True)
-            self.api[name] = info.api
-            log.info("target %s: %s api=%s model=%s speculative=%s", name, url, info.api, info.model,
-                     info.speculative)
-            return Target(name, url, info.api, info.model)
-
-    async def scraper(self, session: aiohttp.ClientSession) -> None:
-        state = ScrapeState()
-        url = self.cfg.server_url + "/metrics"
-        warned = -SCRAPE_WARN_EVERY_S
-        while True:
-            error = ""
-            try:
-                async with session.get(url) as resp:
-                    text = await resp.text() if resp.status == 200 else ""
-                    error = "" if resp.status == 200 else f"HTTP {resp.status}"
-                for s in samples_from_text(text, state):
-                    self.on_sample(s, "scrape")
-            except (*UNREACHABLE, ValueError) as exc:
-                error = str(exc) or type(exc).__name__
-            self.exporter.srv_metrics_up.set(0 if error else 1)
-            if error and time.monotonic() - warned >= SCRAPE_WARN_EVERY_S:
-                log.warning("scraping the server's %s failed: %s", url, error)
-                warned = time.monotonic()
-            await asyncio.sleep(self.cfg.interval_s)
+    def scraper(self, session: aiohttp.ClientSession) -> Coroutine[Any, Any, None]:
+        return scrape_forever(session, self.cfg.server_url + "/metrics", self.cfg.interval_s,
+                              lambda s: self.on_sample(s, "scrape"), lambda up: self.exporter.srv_metrics_up.set(up))
 
     async def ticker(self) -> None:
         while True:

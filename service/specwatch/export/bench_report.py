@@ -58,7 +58,7 @@ def by_domain(per_domain: Mapping[str, Stats]) -> dict[str, dict[str, Any]]:
 
 
 def run_doc(r: RequestRecord) -> dict[str, Any]:
-    return {"prompt_id": r.prompt_id, "domain": r.domain, "outcome": r.outcome.value, "status": r.status,
+    return {"prompt_id": r.prompt_id, "domain": r.domain, "outcome": r.outcome.value, "status": r.http_status,
             "error": r.error, "output_tokens": r.output_tokens, "prompt_tokens": r.prompt_tokens,
             "service_s": r.service_ns / 1e9, "e2e_s": r.e2e_ns / 1e9, "schedule_lag_s": r.schedule_lag_ns / 1e9,
             "ttft_s": None if r.ttft_ns is None else r.ttft_ns / 1e9, "chunks": len(r.chunk_ns),

@@ -10,8 +10,9 @@ positions up to ``max_positions``) and every label combination is initialised at
 from __future__ import annotations
 
 import platform
+import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -208,7 +209,7 @@ class QuantileCollector(Collector):
         yield m
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # registered by identity
 class SourceCollector(Collector):
     """Log-source and recorder self-health, read at scrape time from where it is kept (no second copy):
     lines by parse result, lines skipped, reopenings, source up/configured, last sample time, and HDR
@@ -217,21 +218,23 @@ class SourceCollector(Collector):
     ingest: LogIngest | None = None
     state: SourceState | None = None
     out_of_range: Callable[[], Mapping[str, int]] | None = None
+    created: float = field(default_factory=time.time)  # exposed as each counter's _created, as Counter does
 
     def collect(self) -> Iterator[Metric]:
         lines = CounterMetricFamily("specwatch_log_lines", "Server log lines by parse result.", labels=["result"])
         counts = self.ingest.counts if self.ingest is not None else {}
         for res in LOG_RESULTS:
-            lines.add_metric([res], counts.get(res, 0))
+            lines.add_metric([res], counts.get(res, 0), created=self.created)
         skipped = CounterMetricFamily("specwatch_log_lines_skipped", "Log lines skipped before parsing.",
                                       labels=["reason"])
         st = self.state
         for reason in SKIP_REASONS:
-            skipped.add_metric([reason], st.skipped.get(reason, 0) if st else 0)
+            skipped.add_metric([reason], st.skipped.get(reason, 0) if st else 0, created=self.created)
         yield lines
         yield skipped
-        yield CounterMetricFamily("specwatch_log_source_reopens", "Log file reopenings or command restarts.",
-                                  value=st.restarts if st else 0)
+        reopens = CounterMetricFamily("specwatch_log_source_reopens", "Log file reopenings or command restarts.")
+        reopens.add_metric([], st.restarts if st else 0, created=self.created)
+        yield reopens
         yield GaugeMetricFamily("specwatch_log_source_up", "1 while the log source is open and readable.",
                                 value=1 if st and st.up else 0)
         yield GaugeMetricFamily("specwatch_log_source_configured", "1 if a log source (file, command or stdin) "
@@ -243,7 +246,7 @@ class SourceCollector(Collector):
                                   labels=["metric"])
         got = self.out_of_range() if self.out_of_range else {}
         for name in HDR_METRICS:
-            oor.add_metric([name], got.get(name, 0))
+            oor.add_metric([name], got.get(name, 0), created=self.created)
         yield oor
 
 

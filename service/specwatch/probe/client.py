@@ -57,8 +57,8 @@ async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenP
     body = orjson.dumps(build_payload(target, attempt.prompt, params))
     attempt.sent_ns = time.monotonic_ns()
 
-    def fail(outcome: Outcome, error: str, status: int | None = None) -> RequestRecord:
-        return attempt.finish(outcome, time.monotonic_ns(), error, status)
+    def fail(outcome: Outcome, error: str, http_status: int | None = None) -> RequestRecord:
+        return attempt.finish(outcome, time.monotonic_ns(), error, http_status)
 
     try:
         async with session.post(url, data=body, headers=JSON_HEADERS) as resp:
@@ -70,11 +70,11 @@ async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenP
                 now = time.monotonic_ns()
                 for ev in parser.feed(data):
                     if attempt.handle(ev.data, now):
-                        return attempt.finish(Outcome.OK, now, status=200)
+                        return attempt.finish(Outcome.OK, now, http_status=200)
             now = time.monotonic_ns()
             for ev in parser.close():
                 if attempt.handle(ev.data, now):
-                    return attempt.finish(Outcome.OK, now, status=200)
+                    return attempt.finish(Outcome.OK, now, http_status=200)
             return fail(Outcome.STREAM_ERROR, "stream ended without [DONE]", 200)
     except StreamError as exc:
         return fail(Outcome.STREAM_ERROR, str(exc), 200)

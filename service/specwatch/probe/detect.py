@@ -3,6 +3,9 @@ speculates. Source stage; one ``ServerInfo`` per target at start."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +13,9 @@ import aiohttp
 
 from ..errors import TargetError
 from .client import get_json
+from .stream import Target
+
+log = logging.getLogger("specwatch")
 
 UNREACHABLE = (aiohttp.ClientError, TimeoutError)  # the target is down or restarting: retry, never a bug
 
@@ -65,3 +71,28 @@ async def lifetime_accept_length(session: aiohttp.ClientSession, info: ServerInf
             else None
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
     return None
+
+
+async def wait_for_target(session: aiohttp.ClientSession, name: str, url: str, api: str, stop: asyncio.Event,
+                          on_up: Callable[[str, bool], None], max_delay_s: float = 5.0) -> Target | None:
+    """Detect ``url`` until it answers (backing off up to ``max_delay_s``), reporting up/down through ``on_up``.
+    With a fixed ``api`` the first failure is enough: the probes themselves will say when it comes up.
+    None when ``stop`` is set first."""
+    delay = 1.0
+    while True:
+        try:
+            info = await detect(session, url, api)
+        except (*UNREACHABLE, TargetError) as exc:
+            on_up(name, False)
+            log.warning("target %s (%s) not reachable yet: %s", name, url, exc or type(exc).__name__)
+            if api != "auto":
+                return Target(name, url, api)
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+                return None
+            except TimeoutError:
+                delay = min(max_delay_s, delay * 2)
+            continue
+        on_up(name, True)
+        log.info("target %s: %s api=%s model=%s speculative=%s", name, url, info.api, info.model, info.speculative)
+        return Target(name, url, info.api, info.model)

@@ -183,7 +183,8 @@ class Attempt:
         self.tokens = sum(counts)
         return False
 
-    def finish(self, outcome: Outcome, done_ns: int, error: str = "", status: int | None = None) -> RequestRecord:
+    def finish(self, outcome: Outcome, done_ns: int, error: str = "", http_status: int | None = None
+               ) -> RequestRecord:
         exact = self._apportion() if self.target.api != "sglang" else True
         exact = exact and self.counted
         out = self.final_tokens if self.final_tokens is not None else self.tokens
@@ -192,5 +193,5 @@ class Attempt:
             warmup=self.warmup, intended_ns=self.intended_ns, sent_ns=self.sent_ns or self.intended_ns,
             done_ns=done_ns, chunk_ns=tuple(self.chunk_ns), chunk_tokens=tuple(self.chunk_tokens),
             tokens_exact=exact, prompt_tokens=self.prompt_tokens, output_tokens=max(out, sum(self.chunk_tokens)),
-            outcome=outcome, status=status, error=error, spec=self.spec,
+            outcome=outcome, http_status=http_status, error=error, spec=self.spec,
         )

@@ -7,12 +7,20 @@ accept length = 1 + Δaccepted / Δdrafts, per-position acceptance = Δaccepted_
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..records import ServerSample
+
+log = logging.getLogger("specwatch")
+WARN_EVERY_S = 60.0
 
 SGLANG_GAUGES = {
     "sglang:spec_accept_length": "accept_length",
@@ -70,3 +78,26 @@ def samples_from_text(text: str, state: ScrapeState) -> list[ServerSample]:
         state.prev = dict(counters)
         state.prev_pos = dict(per_pos)
     return out
+
+
+async def scrape_forever(session: aiohttp.ClientSession, url: str, interval_s: float,
+                         on_sample: Callable[[ServerSample], None], on_up: Callable[[bool], None]) -> None:
+    """Scrape ``url`` every ``interval_s``; each attempt reports up or down, a failure is logged at most once
+    per ``WARN_EVERY_S`` (never raised: a failing server is data)."""
+    state = ScrapeState()
+    warned = -WARN_EVERY_S
+    while True:
+        error = ""
+        try:
+            async with session.get(url) as resp:
+                text = await resp.text() if resp.status == 200 else ""
+                error = "" if resp.status == 200 else f"HTTP {resp.status}"
+            for s in samples_from_text(text, state):
+                on_sample(s)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            error = str(exc) or type(exc).__name__
+        on_up(not error)
+        if error and time.monotonic() - warned >= WARN_EVERY_S:
+            log.warning("scraping the server's %s failed: %s", url, error)
+            warned = time.monotonic()
+        await asyncio.sleep(interval_s)

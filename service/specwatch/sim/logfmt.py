@@ -1,7 +1,8 @@
 """SGLang scheduler log lines ("Prefill batch" / "Decode batch"), per release family. Pure.
 
 Shapes are SGLang's scheduler lines verbatim, release by release, including trailing ", " separators where
-a release printed them (tests/golden/logs/ holds a sample of each family). ``FAMILIES`` maps the ``--log-format`` value to the release range it stands for.
+a release printed them (tests/golden/logs/ holds a sample of each family). ``FAMILIES`` maps the
+``--log-format`` value to the release range it stands for.
 """
 
 from __future__ import annotations
