@@ -7,6 +7,7 @@ message naming the key, where it came from, and what is allowed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping
@@ -14,11 +15,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import ConfigError
-from .options import DEFAULT_LISTEN, add_flags, validate
+from .options import DEFAULT_LISTEN, ENV_PREFIX, add_flags, read_secret_file, validate
 
 __all__ = ["DEFAULT_LISTEN", "Config", "add_run_flags", "check", "load"]
 
-ENV_PREFIX = "SPECWATCH_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,12 @@ class Config:
     hlog: str | None = None
     read_timeout_s: float = 60.0
     connect_timeout_s: float = 5.0
+    request_timeout_s: float = 600.0
+    api_key: str | None = None
+    api_key_file: str | None = None
+    ca_file: str | None = None
+    api_token: str | None = None
+    api_token_file: str | None = None
     drain_timeout_s: float = 30.0
     view: str = "auto"  # auto | table | log
 
@@ -58,6 +64,9 @@ class Config:
     def listen_host_port(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")
         return host.strip("[]") or "0.0.0.0", int(port)
+
+    def __repr__(self) -> str:  # the API key never reaches a log line or a traceback
+        return f"Config(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -93,7 +102,13 @@ def load(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> 
     merged.update(validate(env, "environment (SPECWATCH_*)", DEFAULTS))
     flags = {k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None}
     merged.update(validate(flags, "command line", DEFAULTS))
-    return check(Config(**merged))
+    cfg = check(Config(**merged))
+    # secret files are read once at start: a missing or unreadable one stops start-up, naming the file
+    if cfg.api_key_file:
+        cfg = dataclasses.replace(cfg, api_key=read_secret_file("api_key_file", cfg.api_key_file))
+    if cfg.api_token_file:
+        cfg = dataclasses.replace(cfg, api_token=read_secret_file("api_token_file", cfg.api_token_file))
+    return cfg
 
 
 def check(cfg: Config) -> Config:
@@ -105,4 +120,7 @@ def check(cfg: Config) -> Config:
         raise ConfigError("log_file, log_cmd and log_stdin are alternatives: give at most one")
     if cfg.baseline_tps is not None and cfg.baseline_url is not None:
         raise ConfigError("baseline_tps and baseline_url are alternatives: give at most one")
+    for secret in ("api_key", "api_token"):
+        if getattr(cfg, secret) and getattr(cfg, secret + "_file"):
+            raise ConfigError(f"{secret} and {secret}_file are alternatives: give at most one")
     return cfg

@@ -20,21 +20,38 @@ from .records import APIS
 
 Check = Callable[[str, Any], Any]
 DEFAULT_LISTEN = "127.0.0.1:9753"
+ENV_PREFIX = "SPECWATCH_"
+
+
+def redact(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced: safe to print, log or put in a message."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url.rpartition("@")[2] if "@" in url else url
+    netloc, slash, tail = rest.partition("/")
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    return f"{scheme}://{netloc}{slash}{tail}"
 
 
 def parse_base_url(url: str) -> str:
-    """Return ``scheme://host[:port]`` (no trailing slash) or raise ``UrlError`` saying what is wrong."""
+    """Return ``scheme://host[:port]`` (no trailing slash) or raise ``UrlError`` saying what is wrong.
+    Messages show the URL with any credentials redacted."""
+    shown = redact(url)
     try:
         parts = urlsplit(url.strip())
         port = parts.port
-    except ValueError as exc:
-        raise UrlError(f"{url!r} is not a valid URL ({exc})") from None
+    except ValueError:
+        raise UrlError(f"{shown!r} is not a valid URL") from None
+    if parts.username is not None or parts.password is not None:
+        raise UrlError(f"{shown!r}: credentials in the URL are not used; give the API key in SPECWATCH_API_KEY "
+                       "or --api-key-file")
     if parts.scheme not in ("http", "https"):
-        raise UrlError(f"{url!r} must start with http:// or https://")
+        raise UrlError(f"{shown!r} must start with http:// or https://")
     if not parts.hostname:
-        raise UrlError(f"{url!r} has no host")
+        raise UrlError(f"{shown!r} has no host")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise UrlError(f"{url!r} must be a base URL without a path (e.g. http://127.0.0.1:30000)")
+        raise UrlError(f"{shown!r} must be a base URL without a path (e.g. http://127.0.0.1:30000)")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
 
@@ -107,11 +124,32 @@ def ratio(key: str, v: Any) -> float:
     return x
 
 
+def secret(key: str, v: Any) -> str:
+    """A secret (an API key): checked without ever echoing it."""
+    if not isinstance(v, str) or not v.strip() or any(c in v for c in "\r\n"):
+        raise ConfigError(f"{key}: must be a non-empty single-line string (value not shown)")
+    return v.strip()
+
+
+def read_secret_file(key: str, path: str) -> str:
+    """The secret held in ``path`` (surrounding white space dropped); errors name the file, never its text."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(64 * 1024)
+    except OSError as exc:
+        raise ConfigError(f"{key}: {path}: {exc.strerror}") from None
+    try:
+        return secret(key, raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{key}: {path}: not UTF-8 text") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     check: Check
     help: str
     many: bool = False  # may be given several times (a list)
+    flag: bool = True  # False: environment and config file only (secrets never go on a command line)
 
 
 OPTIONS: dict[str, Option] = {
@@ -125,7 +163,12 @@ OPTIONS: dict[str, Option] = {
     "concurrency": Option(positive(int), "closed loop: streams in flight"),
     "rate_per_s": Option(positive(float), "open loop: requests per second (instead of the closed loop)"),
     "connect_timeout_s": Option(positive(float), "connect timeout in seconds"),
-    "read_timeout_s": Option(positive(float), "longest silence within one stream, in seconds"),
+    "read_timeout_s": Option(positive(float), "longest a stream may go without a token, in seconds"),
+    "request_timeout_s": Option(positive(float), "whole-request deadline, in seconds"),
+    "api_key": Option(secret, "the target's API key, sent as Authorization: Bearer (SPECWATCH_API_KEY)",
+                      flag=False),
+    "api_key_file": Option(typed(str), "read the target's API key from this file"),
+    "ca_file": Option(typed(str), "CA bundle (PEM) to verify the target's TLS certificate"),
     # bench
     "num_runs": Option(positive(int), "measured requests"),
     "warmup": Option(at_least(int, 0), "warm-up requests, recorded apart and discarded"),
@@ -152,6 +195,8 @@ OPTIONS: dict[str, Option] = {
     "min_requests": Option(positive(int), "requests in the verdict window before a verdict"),
     "drain_timeout_s": Option(positive(float), "on SIGTERM, wait this long for probes in flight"),
     "view": Option(choice("auto", "table", "log"), "terminal table (auto when stdout is a TTY) or log lines"),
+    "api_token": Option(secret, "require Authorization: Bearer <token> on /api/* (SPECWATCH_API_TOKEN)", flag=False),
+    "api_token_file": Option(typed(str), "require Authorization: Bearer <the token in this file> on /api/*"),
     # sweep
     "launch": Option(typed(str), "server command with {param} placeholders"),
     "param": Option(typed(str), "NAME=V1,V2,… (several make a grid)", many=True),
@@ -174,6 +219,8 @@ def add_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
     """One flag per key of ``defaults`` (``None``: no default); help shows the default."""
     for key, default in defaults.items():
         opt = OPTIONS[key]
+        if not opt.flag:
+            continue
         shown = "" if default is None or default is False else f" (default {default})"
         if key in BOOL_KEYS:
             p.add_argument(flag(key), dest=key, action="store_const", const=True, default=None,
@@ -201,10 +248,22 @@ def validate(values: Mapping[str, Any], where: str, allowed: Iterable[str]) -> d
     return out
 
 
-def from_flags(ns: argparse.Namespace, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """The command line layer over ``defaults``, validated."""
+def api_key(values: Mapping[str, Any]) -> str | None:
+    """The API key from ``api_key`` or ``api_key_file`` (alternatives)."""
+    if values.get("api_key") and values.get("api_key_file"):
+        raise ConfigError("api_key and api_key_file are alternatives: give at most one")
+    path = values.get("api_key_file")
+    return read_secret_file("api_key_file", path) if path else values.get("api_key")
+
+
+def from_flags(ns: argparse.Namespace, defaults: Mapping[str, Any],
+               environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The command line layer over ``defaults``, validated; secrets (flagless options) from ``environ``."""
     given = {k: v for k, v in vars(ns).items() if k in defaults and v is not None}
-    return dict(defaults) | validate(given, "command line", defaults)
+    env = {k: environ[ENV_PREFIX + k.upper()] for k in defaults if not OPTIONS[k].flag
+           and environ is not None and ENV_PREFIX + k.upper() in environ}
+    return dict(defaults) | validate(env, "environment (SPECWATCH_*)", defaults) | validate(
+        given, "command line", defaults)
 
 
 def require(values: Mapping[str, Any], keys: Iterable[str]) -> None:

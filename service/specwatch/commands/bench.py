@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from ..errors import ConfigError, TargetError
 from ..export import bench_report
 from ..export.hlog import HlogWriter
 from ..probe import prompts as prompt_sets
-from ..probe.client import Timeouts, make_session
+from ..probe.client import Access, Timeouts, make_session
 from ..probe.detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams, Target
@@ -49,6 +50,10 @@ class BenchSpec:
     ignore_eos: bool = True
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0
+    request_timeout_s: float = 600.0
+    api_key: str | None = None  # from SPECWATCH_API_KEY or --api-key-file, never a flag
+    api_key_file: str | None = None
+    ca_file: str | None = None
     seed: int = 0
     json: str | None = None
     records: str | None = None
@@ -60,10 +65,22 @@ class BenchSpec:
                         max_in_flight=self.max_in_flight, warmup=self.warmup, requests=self.num_runs,
                         seed=self.seed)
 
+    def __repr__(self) -> str:
+        return f"BenchSpec(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"
+
     @property
     def settings(self) -> dict[str, Any]:
-        """The options that shape the measurement (not where its outputs go)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("json", "records", "hlog")}
+        """The options that shape the measurement (not where its outputs go, never a secret)."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in ("json", "records", "hlog", "api_key", "api_key_file")}
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return Timeouts(self.connect_timeout_s, self.read_timeout_s, self.request_timeout_s)
+
+    @property
+    def access(self) -> Access:
+        return Access(self.api_key, self.ca_file)
 
 
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(BenchSpec)}
@@ -127,7 +144,7 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
     plan = spec.plan
     params = GenParams(max_tokens=spec.max_tokens, temperature=spec.temperature, ignore_eos=spec.ignore_eos)
     printer = Printer(plan, say)
-    async with make_session(plan.max_streams, Timeouts(spec.connect_timeout_s, spec.read_timeout_s)) as session:
+    async with make_session(plan.max_streams, spec.timeouts, spec.access) as session:
         try:
             info = await detect(session, spec.server_url, spec.api)
         except (*UNREACHABLE, TargetError) as exc:
@@ -140,7 +157,7 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
         say(f"Benchmarking {spec.server_url} (api {info.api}, {mode})")
         say(f"  max_tokens={spec.max_tokens}, num_runs={spec.num_runs}, warmup={spec.warmup}\n")
         target = Target("spec", spec.server_url, info.api, info.model)
-        await Load(session, PromptCycle(plist, [target]), params, plan, printer, asyncio.Event()).run()
+        await Load(session, PromptCycle(plist, [target]), params, plan, printer, asyncio.Event(), spec.timeouts).run()
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     run = RunInfo(server_url=spec.server_url, api=info.api, model=info.model, server_info=info.info,
                   lifetime_accept_length=lifetime, settings=spec.settings)
@@ -187,9 +204,9 @@ async def bench(spec: BenchSpec) -> int:
 def parse(argv: list[str]) -> BenchSpec:
     p = argparse.ArgumentParser(prog="specwatch bench", description=__doc__)
     options.add_flags(p, DEFAULTS)
-    values = options.from_flags(p.parse_args(argv), DEFAULTS)
+    values = options.from_flags(p.parse_args(argv), DEFAULTS, os.environ)
     options.require(values, ["server_url"])
-    spec = BenchSpec(**values)
+    spec = BenchSpec(**(values | {"api_key": options.api_key(values), "api_key_file": None}))
     if spec.prompts:
         prompt_sets.load(spec.prompts)
     return spec

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ from ..export.prometheus import Exporter, window_label
 from ..export.summary import Summary, TargetState, log_state, server_state
 from ..export.view import View
 from ..probe import prompts as prompt_sets
-from ..probe.client import Timeouts, make_session
+from ..probe.client import Access, Timeouts, make_session
 from ..probe.detect import wait_for_target
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams
@@ -40,8 +41,8 @@ from ..recorder.stats import Stats
 from ..recorder.windows import Recorder
 from ..records import ProbeWindow, RequestRecord, ServerSample
 from ..server.ingest import LogIngest
-from ..server.logtail import CommandSource, FileFollower, LogSource, StdinSource
-from ..server.scrape import scrape_forever
+from ..server.logtail import CommandSource, FileFollower, LogSource, StdinSource, kill_now
+from ..server.scrape import ScrapeState, scrape_forever
 
 log = logging.getLogger("specwatch")
 
@@ -74,6 +75,7 @@ class Daemon:
         self.exporter.sources.out_of_range = self._out_of_range
         self._hlog_file = open(cfg.hlog, "a", encoding="utf-8") if cfg.hlog else None  # noqa: SIM115
         self.hlog = HlogWriter(self._hlog_file) if self._hlog_file else None
+        self._hlog_warned = -60.0
         self.stop = asyncio.Event()
         self.started = time.monotonic()
         self.api: dict[str, str] = {}
@@ -112,7 +114,7 @@ class Daemon:
         return self.up.get("spec", False) and last is not None and time.monotonic() - last < fresh
 
     # ---- tasks -------------------------------------------------------------------------------
-    async def prober(self, session: aiohttp.ClientSession, plan: LoadPlan) -> None:
+    async def prober(self, session: aiohttp.ClientSession, plan: LoadPlan, limits: Timeouts) -> None:
         c = self.cfg
         urls = {"spec": c.server_url} | ({"baseline": c.baseline_url} if c.baseline_url else {})
         targets = []
@@ -124,10 +126,11 @@ class Daemon:
             targets.append(target)
         plist = prompt_sets.load(c.prompts) if c.prompts else prompt_sets.builtin()
         params = GenParams(max_tokens=c.max_tokens, temperature=c.temperature, ignore_eos=True)
-        await Load(session, PromptCycle(plist, targets), params, plan, self.on_record, self.stop).run()
+        await Load(session, PromptCycle(plist, targets), params, plan, self.on_record, self.stop, limits).run()
 
     def scraper(self, session: aiohttp.ClientSession) -> Coroutine[Any, Any, None]:
-        return scrape_forever(session, self.cfg.server_url + "/metrics", self.cfg.interval_s,
+        state = self.exporter.sources.scrape = ScrapeState()
+        return scrape_forever(session, self.cfg.server_url + "/metrics", self.cfg.interval_s, state,
                               lambda s: self.on_sample(s, "scrape"), lambda up: self.exporter.srv_metrics_up.set(up))
 
     async def ticker(self) -> None:
@@ -153,7 +156,13 @@ class Daemon:
         t0 = time.perf_counter()
         interval = self.recorder.tick()
         if self.hlog is not None:
-            self.hlog.write(interval)
+            try:
+                self.hlog.write(interval)
+            except OSError as exc:  # a full disk must not take the sidecar down: count it, say it once a minute
+                self.exporter.hlog_errors.inc()
+                if time.monotonic() - self._hlog_warned >= 60:
+                    log.warning("cannot write the interval log %s: %s", self.cfg.hlog, exc.strerror)
+                    self._hlog_warned = time.monotonic()
         self.samples.tick(time.monotonic())
         parts = {window_label(w): per for w, per in self.recorder.windows.items()}
         parts["cumulative"] = self.recorder.cumulative
@@ -199,11 +208,12 @@ class Daemon:
                 log.info("stopping: draining probes in flight (signal again to exit at once)")
                 self.stop.set()
             else:
+                kill_now(self.source)
                 os._exit(130)
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal went away
             loop.add_signal_handler(sig, on_signal)
-        endpoints = Endpoints(self.exporter.render, lambda: self.summary, self.ready)
+        endpoints = Endpoints(self.exporter.render, lambda: self.summary, self.ready, self.cfg.api_token)
         runner = web.AppRunner(endpoints.app(), access_log=None)
         await runner.setup()
         host, port = self.cfg.listen_host_port
@@ -214,8 +224,10 @@ class Daemon:
         plan = LoadPlan(concurrency=c.concurrency, rate_per_s=c.rate_per_s, max_in_flight=max(4, c.concurrency * 4),
                         pause_s=c.pause_s, requests=None)
         try:
-            async with make_session(plan.max_streams, Timeouts(c.connect_timeout_s, c.read_timeout_s)) as session:
-                prober = asyncio.create_task(self.prober(session, plan), name="prober")
+            limits = Timeouts(c.connect_timeout_s, c.read_timeout_s, c.request_timeout_s)
+            access = Access(c.api_key, c.ca_file)
+            async with make_session(plan.max_streams, limits, access) as session:
+                prober = asyncio.create_task(self.prober(session, plan, limits), name="prober")
                 async with asyncio.TaskGroup() as tg:
                     background = [tg.create_task(coro, name=name) for name, coro in (
                         ("ticker", self.ticker()), ("loop-lag", self.loop_lag()), ("view", self.view_task()),
@@ -225,7 +237,8 @@ class Daemon:
         finally:
             self.tick()  # flush the last interval (and the .hlog)
             if self._hlog_file is not None:
-                self._hlog_file.close()
+                with contextlib.suppress(OSError):
+                    self._hlog_file.close()
             await runner.cleanup()
         return 0
 

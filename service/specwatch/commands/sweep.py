@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import os
 import re
 import signal
 import string
@@ -39,10 +40,11 @@ DEFAULTS: dict[str, Any] = {
     "launch": None, "param": [], "baseline_launch": None, "server_url": "http://127.0.0.1:30000", "targets": None,
     "log_file": None, "api": "auto", "max_tokens": 500, "num_runs": 5, "warmup": 1, "concurrency": 1,
     "prompts": None, "temperature": 0.0, "connect_timeout_s": 5.0, "read_timeout_s": 60.0,
+    "request_timeout_s": 600.0, "api_key": None, "api_key_file": None, "ca_file": None,
     "ready_timeout_s": 1800.0, "grace_s": 20.0, "out": "sweep-out",
 }
 BENCH_KEYS = ("api", "max_tokens", "num_runs", "warmup", "concurrency", "prompts", "temperature",
-              "connect_timeout_s", "read_timeout_s")
+              "connect_timeout_s", "read_timeout_s", "request_timeout_s", "ca_file")
 
 
 def parse_params(specs: list[str]) -> dict[str, list[str]]:
@@ -190,9 +192,9 @@ def main(argv: list[str]) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_flags(p, DEFAULTS)
     try:
-        a = options.from_flags(p.parse_args(argv), DEFAULTS)
+        a = options.from_flags(p.parse_args(argv), DEFAULTS, os.environ)
         todo = plan(a)
-        spec = bench_cmd.BenchSpec(**{k: a[k] for k in BENCH_KEYS})
+        spec = bench_cmd.BenchSpec(**{k: a[k] for k in BENCH_KEYS}, api_key=options.api_key(a))
     except ConfigError as exc:
         print(f"specwatch sweep: {exc}", file=sys.stderr)
         return 2

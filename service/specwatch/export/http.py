@@ -6,7 +6,8 @@ registry nothing is computed per request, so a scrape storm cannot stall the pro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hmac
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
@@ -15,6 +16,7 @@ from aiohttp import web
 from .summary import Summary
 
 CONTENT_TYPE_PROMETHEUS = "text/plain; version=0.0.4"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,14 +24,26 @@ class Endpoints:
     render_metrics: Callable[[], bytes]
     summary: Callable[[], Summary | None]
     ready: Callable[[], bool]
+    api_token: str | None = None  # when set, /api/* answers 401 without "Authorization: Bearer <token>"
+
+    def __repr__(self) -> str:
+        return f"Endpoints(api_token={'<set>' if self.api_token else None})"
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._guard])
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/api/summary", self.api_summary)
         return app
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.api_token and request.path.startswith("/api/"):
+            given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+            if not hmac.compare_digest(given.encode(), self.api_token.encode()):
+                return web.Response(status=401, text="unauthorized\n", headers={"WWW-Authenticate": "Bearer"})
+        return await handler(request)
 
     async def metrics(self, _: web.Request) -> web.Response:
         return web.Response(body=self.render_metrics(), headers={"Content-Type": CONTENT_TYPE_PROMETHEUS})

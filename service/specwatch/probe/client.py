@@ -7,6 +7,7 @@ Source stage. Failures become records with an outcome and a one-line reason, nev
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ import aiohttp
 import orjson
 
 from ..errors import StreamError
+from ..options import redact
 from ..records import Outcome, RequestRecord
 from .sse import SSEParser
 from .stream import PATHS, Attempt, GenParams, build_payload
@@ -26,23 +28,38 @@ CONTROL_CONNECTIONS = 4  # beyond the streams: detection, the server-metrics scr
 @dataclass(frozen=True, slots=True)
 class Timeouts:
     connect_s: float = 5.0
-    read_s: float = 60.0  # longest silence allowed between two reads of one stream
+    read_s: float = 60.0  # longest a stream may go without a token (silence, keep-alives or a drip alike)
+    request_s: float = 600.0  # whole-request deadline
 
 
-def make_session(max_streams: int, timeouts: Timeouts) -> aiohttp.ClientSession:
+@dataclass(frozen=True, slots=True)
+class Access:
+    """How to reach the target: its API key (sent as ``Authorization: Bearer``) and a CA bundle for TLS."""
+
+    api_key: str | None = None
+    ca_file: str | None = None
+
+    def __repr__(self) -> str:  # never print the key
+        return f"Access(api_key={'<set>' if self.api_key else None}, ca_file={self.ca_file!r})"
+
+
+def make_session(max_streams: int, timeouts: Timeouts, access: Access | None = None) -> aiohttp.ClientSession:
     """One pooled session. Connector limit and timeouts are explicit: aiohttp's defaults queue silently
     past 100 connections and cut every request at 5 minutes. Callers pass the number that caps their
     streams in flight (``LoadPlan.max_streams``), so no stream ever waits for a connection unmeasured."""
+    access = access or Access()
     limit = max_streams + CONTROL_CONNECTIONS
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300)
+    ssl_ctx = ssl.create_default_context(cafile=access.ca_file) if access.ca_file else True
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300, ssl=ssl_ctx)
     timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_read=timeouts.read_s)
-    return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**20,
+    headers = {"Authorization": f"Bearer {access.api_key}"} if access.api_key else None
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**20, headers=headers,
                                  json_serialize=lambda o: orjson.dumps(o).decode())
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
     """The decoded body of a 200 answer, else None. Connection errors propagate (the caller decides)."""
-    async with session.get(url) as resp:
+    async with session.get(url, allow_redirects=False) as resp:
         if resp.status != 200:
             return None
         try:
@@ -51,7 +68,8 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
             return None
 
 
-async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenParams) -> RequestRecord:
+async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenParams,
+                  limits: Timeouts = Timeouts()) -> RequestRecord:
     target = attempt.target
     url = target.base_url + PATHS[target.api]
     body = orjson.dumps(build_payload(target, attempt.prompt, params))
@@ -60,17 +78,24 @@ async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenP
     def fail(outcome: Outcome, error: str, http_status: int | None = None) -> RequestRecord:
         return attempt.finish(outcome, time.monotonic_ns(), error, http_status)
 
+    progress_ns, deadline_ns = int(limits.read_s * 1e9), attempt.sent_ns + int(limits.request_s * 1e9)
     try:
-        async with session.post(url, data=body, headers=JSON_HEADERS) as resp:
+        async with session.post(url, data=body, headers=JSON_HEADERS, allow_redirects=False) as resp:
             if resp.status != 200:
                 snippet = (await resp.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
-                return fail(Outcome.HTTP_ERROR, f"HTTP {resp.status}: {snippet}", resp.status)
+                where = f" to {redact(resp.headers.get('Location', ''))}" if 300 <= resp.status < 400 else ""
+                return fail(Outcome.HTTP_ERROR, f"HTTP {resp.status}{where}: {snippet}", resp.status)
             parser = SSEParser()
             async for data in resp.content.iter_any():
                 now = time.monotonic_ns()
                 for ev in parser.feed(data):
                     if attempt.handle(ev.data, now):
                         return attempt.finish(Outcome.OK, now, http_status=200)
+                last = attempt.chunk_ns[-1] if attempt.chunk_ns else attempt.sent_ns
+                if now - last > progress_ns:  # bytes arrive, tokens do not: a drip
+                    return fail(Outcome.TIMEOUT, f"no token for {limits.read_s:g}s while bytes kept arriving")
+                if now > deadline_ns:
+                    return fail(Outcome.TIMEOUT, f"request exceeded its {limits.request_s:g}s deadline")
             now = time.monotonic_ns()
             for ev in parser.close():
                 if attempt.handle(ev.data, now):

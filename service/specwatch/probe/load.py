@@ -11,12 +11,12 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
 from ..records import Outcome, RequestRecord
-from .client import execute
+from .client import Timeouts, execute
 from .prompts import Prompt
 from .schedule import make_pacer
 from .stream import Attempt, GenParams, Target
@@ -62,6 +62,7 @@ class Load:
     plan: LoadPlan
     sink: Sink
     stop: asyncio.Event
+    limits: Timeouts = field(default_factory=Timeouts)
 
     async def run(self) -> None:
         """Warm-up (sequential), then the measured phase until ``plan.requests`` or ``stop``."""
@@ -78,7 +79,7 @@ class Load:
         target, prompt = self.cycle.next()
         attempt = Attempt(target=target, prompt=prompt, warmup=warmup, intended_ns=intended_ns)
         try:
-            rec = await execute(self.session, attempt, self.params)
+            rec = await execute(self.session, attempt, self.params, self.limits)
         except asyncio.CancelledError:
             self.sink(attempt.finish(Outcome.CANCELLED, time.monotonic_ns(), "cancelled at shutdown"))
             raise

@@ -20,11 +20,15 @@ class SSEEvent:
 
 
 class SSEParser:
-    __slots__ = ("_buf", "_data", "_event")
+    """``MAX_PENDING_BYTES`` caps a line without its newline *and* one event's ``data:`` lines together, so
+    neither a line that never ends nor an event spread over countless lines can grow memory unbounded."""
+
+    __slots__ = ("_buf", "_data", "_data_bytes", "_event")
 
     def __init__(self) -> None:
         self._buf = b""
         self._data: list[bytes] = []
+        self._data_bytes = 0
         self._event = ""
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
@@ -57,6 +61,7 @@ class SSEParser:
             if self._data:
                 events.append(SSEEvent(self._event or "message", b"\n".join(self._data)))
             self._data = []
+            self._data_bytes = 0
             self._event = ""
             return
         if line[0] == 0x3A:  # ":" comment / keep-alive
@@ -65,6 +70,9 @@ class SSEParser:
         if sep and value[:1] == b" ":
             value = value[1:]
         if name == b"data":
+            self._data_bytes += len(value) + 1
+            if self._data_bytes > MAX_PENDING_BYTES:
+                raise SSEError(f"an SSE event's data exceeded {MAX_PENDING_BYTES} bytes")
             self._data.append(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")

@@ -14,6 +14,7 @@ Token counting per chunk:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,20 +57,26 @@ def build_payload(target: Target, prompt: Prompt, params: GenParams) -> dict[str
     return body
 
 
-def _spec_from_meta(meta: dict[str, Any]) -> SpecStats | None:
-    vct = meta.get("spec_verify_ct")
-    if not isinstance(vct, int) or isinstance(vct, bool):
-        return None
+MAX_ACCEPT_LENGTH = 64.0
+
+
+def _spec_from_meta(meta: dict[str, Any], completion_tokens: int) -> SpecStats | None:
+    """The server's speculative fields, each validated: a value out of range is left out, never averaged in."""
+    vct = _int(meta.get("spec_verify_ct"))
+    if vct is None or not 0 < vct <= max(1, completion_tokens):
+        return None  # every verify round yields at least one token
     hist = meta.get("spec_correct_drafts_histogram") or meta.get("spec_accept_histogram") or ()
+    counts = tuple(hist) if isinstance(hist, list) and all(_int(h) is not None and h >= 0 for h in hist) else ()
+    al = _num(meta.get("spec_accept_length"))
     return SpecStats(
         verify_ct=vct,
-        accept_length=_num(meta.get("spec_accept_length")),
-        histogram=tuple(h for h in hist if isinstance(h, int)) if isinstance(hist, list) else (),
+        accept_length=al if al is not None and 0.0 <= al <= MAX_ACCEPT_LENGTH else None,
+        histogram=counts if sum(counts) == vct else (),  # one entry per verify round, or it is not that histogram
     )
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def _int(v: Any) -> int | None:
@@ -93,11 +100,13 @@ class Attempt:
     final_tokens: int | None = None
     prompt_tokens: int = 0
     spec: SpecStats | None = None
+    data_bytes: int = 0  # event payload bytes so far: no token count may exceed them
 
     def handle(self, data: bytes, now: int) -> bool:
         """Consume one SSE data payload; True once the stream is complete ([DONE])."""
         if data == b"[DONE]":
             return True
+        self.data_bytes += len(data)
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -114,11 +123,21 @@ class Attempt:
             self._openai(obj, now)
         return False
 
+    def _claim(self, ct: Any) -> int:
+        """A cumulative token count, checked: an integer that never exceeds the bytes received so far (each
+        token costs at least one byte of JSON), so an absurd claim cannot cost CPU or skew a histogram."""
+        n = _int(ct)
+        if n is None or n < 0:
+            raise StreamError(f"completion_tokens is not a non-negative integer: {str(ct)[:40]!r}")
+        if n > self.data_bytes:
+            raise StreamError(f"claims {n} completion tokens after only {self.data_bytes} bytes")
+        return n
+
     def _sglang(self, obj: dict[str, Any], now: int) -> None:
         meta = obj.get("meta_info")
-        if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
+        if not isinstance(meta, dict) or "completion_tokens" not in meta:
             raise StreamError("chunk without meta_info.completion_tokens")
-        ct = meta["completion_tokens"]
+        ct = self._claim(meta["completion_tokens"])
         if ct > self.tokens:
             self.chunk_ns.append(now)
             self.chunk_tokens.append(ct - self.tokens)
@@ -130,22 +149,27 @@ class Attempt:
             if isinstance(fin, dict) and fin.get("type") == "abort":
                 raise StreamError(f"request aborted by the server: {str(fin.get('message', ''))[:160]}")
             self.final_tokens = ct
-            self.spec = _spec_from_meta(meta)
+            self.spec = _spec_from_meta(meta, ct)
 
     def _openai(self, obj: dict[str, Any], now: int) -> None:
         choices = obj.get("choices") or []
+        if not isinstance(choices, list):
+            raise StreamError("choices is not a list")
         text = ""
         if choices and isinstance(choices[0], dict):
             c = choices[0]
             delta = c.get("delta")
-            if isinstance(delta, dict):
-                text = (delta.get("content") or "") + (delta.get("reasoning_content") or "")
-            else:
-                text = c.get("text") or ""
+            parts = (delta.get("content"), delta.get("reasoning_content")) if isinstance(delta, dict) \
+                else (c.get("text"),)
+            if not all(p is None or isinstance(p, str) for p in parts):
+                raise StreamError("chunk text is not a string")
+            text = "".join(p for p in parts if p)
         usage = obj.get("usage")
         ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if isinstance(usage, dict):
             self.prompt_tokens = _int(usage.get("prompt_tokens")) or self.prompt_tokens
+        if ct is not None:
+            ct = self._claim(ct)
         if isinstance(ct, int) and choices:
             self.counted = True
             if ct > self.tokens:
@@ -163,7 +187,7 @@ class Attempt:
             raise StreamError("request aborted by the server")
         ext = obj.get("sglext")
         if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
-            self.spec = _spec_from_meta(ext["spec_tokens_details"])
+            self.spec = _spec_from_meta(ext["spec_tokens_details"], self.tokens)
 
     def _apportion(self) -> bool:
         """Fill unknown per-chunk counts from the final total; returns whether counts are exact."""

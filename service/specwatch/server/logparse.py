@@ -54,19 +54,25 @@ class ParseResult:
 IGNORED = ParseResult("ignored")
 
 
-def _float(v: str, key: str, lo: float = 0.0, hi: float = math.inf) -> float:
+MAX_FLOAT = 1e12  # no tok/s, rate or count a server prints comes near; inf and 1e308 are garbage
+MAX_INT = 2**53  # exact in a float (Prometheus) and in JSON (/api/summary)
+
+
+def _float(v: str, key: str, lo: float = 0.0, hi: float = MAX_FLOAT) -> float:
     try:
         x = float(v.rstrip("%"))
     except ValueError:
         raise LogLineError(f"{key}: {v!r} is not a number") from None
-    if math.isnan(x) or not lo <= x <= hi:
+    if not math.isfinite(x) or not lo <= x <= hi:
         raise LogLineError(f"{key}: {v!r} is out of range")
     return x
 
 
 def _int(v: str, key: str) -> int:
-    if not v.isdigit():
+    if not (v.isascii() and v.isdigit()):
         raise LogLineError(f"{key}: {v!r} is not a non-negative integer")
+    if len(v) > 16 or int(v) > MAX_INT:
+        raise LogLineError(f"{key}: {v[:20]!r} is out of range")
     return int(v)
 
 
@@ -102,7 +108,7 @@ def _sglang(m: re.Match[str]) -> ServerSample:
         running=_int(f["#running-req"], "#running-req") if "#running-req" in f else None,
         queued=_int(f["#queue-req"], "#queue-req") if "#queue-req" in f else None,
         token_usage=_float(usage, "token usage", 0.0, 1.5) if usage is not None else None,
-        iteration=int(m.group("iter")) if m.group("iter") else None,
+        iteration=_int(m.group("iter"), "iteration") if m.group("iter") else None,
     )
 
 

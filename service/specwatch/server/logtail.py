@@ -13,7 +13,8 @@ import collections
 import contextlib
 import logging
 import os
-import sys
+import stat
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -105,11 +106,10 @@ class FileFollower:
         try:
             while True:
                 if fd is None:
-                    try:
-                        fd = os.open(self.path, os.O_RDONLY)
-                    except OSError as exc:
+                    fd, problem = _open_regular(self.path)
+                    if fd is None:
                         self.state.up = False
-                        self.state.last_error = f"{self.path}: {exc.strerror}"
+                        self.state.last_error = problem
                         first = False  # a file that appears later is read from its start
                         await asyncio.sleep(self.poll_s)
                         continue
@@ -118,13 +118,22 @@ class FileFollower:
                     pos = opened.st_size if first and not self.from_start else 0
                     first = False
                     self.state.up = True
-                pos = await self._drain(fd, pos)
+                try:
+                    pos = await self._drain(fd, pos)
+                except OSError as exc:  # e.g. EIO, or the path now names something unreadable
+                    self.state.up = False
+                    self.state.last_error = f"{self.path}: {exc.strerror}"
+                    os.close(fd)
+                    fd = None
+                    await asyncio.sleep(self.poll_s)
+                    continue
                 try:
                     st: os.stat_result | None = os.stat(self.path)
                 except OSError:
                     st = None
                 if st is None or st.st_ino != ino:
-                    pos = await self._drain(fd, pos)  # the rest of the rotated file, then switch
+                    with contextlib.suppress(OSError):
+                        pos = await self._drain(fd, pos)  # the rest of the rotated file, then switch
                     self.split.flush_partial()
                     os.close(fd)
                     fd = None
@@ -150,11 +159,28 @@ class FileFollower:
             await asyncio.sleep(0)
 
 
+def _open_regular(path: str) -> tuple[int | None, str]:
+    """Open ``path`` for reading only if it is a regular file. Non-blocking, so a FIFO (which would block the
+    open until a writer appears) or a device never freezes the loop; a directory, FIFO, socket or device is
+    refused with a reason and retried later (the path may become a file again)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror}"
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        return None, f"{path}: is {kind}; follow a regular file, or use --log-cmd / --log-stdin for a stream"
+    return fd, ""
+
+
 class CommandSource:
     """A command's stdout (e.g. ``docker logs -f sglang``); restarted with backoff when it exits."""
 
     def __init__(self, cmd: str, on_line: Callable[[str], None], backoff_max_s: float = 30.0) -> None:
-        self.cmd = cmd
+        self.cmd = cmd  # may hold a secret: never logged, never in the summary
+        self.pgid: int | None = None  # the running command's process group
         self.state = SourceState()
         self.split = LineSplitter(on_line, self.state)
         self.backoff_max_s = backoff_max_s
@@ -174,6 +200,7 @@ class CommandSource:
                 log.warning("%s; retrying in %.1fs", self.state.last_error, backoff)
             else:
                 self.state.up = True
+                self.pgid = proc.pid
                 try:
                     assert proc.stdout is not None
                     while data := await proc.stdout.read(1 << 16):
@@ -185,9 +212,10 @@ class CommandSource:
                         with contextlib.suppress(ProcessLookupError):
                             os.killpg(proc.pid, 15)
                         await proc.wait()
+                    self.pgid = None
                 self.split.flush_partial()
                 self.state.up = False
-                log.warning("log command %r exited with status %s; restarting in %.1fs", self.cmd, rc, backoff)
+                log.warning("log command exited with status %s; restarting in %.1fs", rc, backoff)
             self.state.restarts += 1
             if loop.time() - started > 30:
                 backoff = 0.5
@@ -196,21 +224,62 @@ class CommandSource:
 
 
 class StdinSource:
-    def __init__(self, on_line: Callable[[str], None]) -> None:
+    """Standard input: a pipe or socket is read on the loop; anything else (a regular file, /dev/null, a
+    terminal) by a daemon thread, since the loop can only watch pipes, sockets and some character devices."""
+
+    def __init__(self, on_line: Callable[[str], None], fd: int = 0) -> None:
         self.state = SourceState()
         self.split = LineSplitter(on_line, self.state)
+        self.fd = fd
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=1 << 20)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        try:
+            mode = os.fstat(self.fd).st_mode
+        except OSError as exc:
+            self.state.last_error = f"stdin: {exc.strerror}"
+            await asyncio.Event().wait()
         self.state.up = True
-        while data := await reader.read(1 << 16):
-            self.split.feed(data)
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            await self._pipe()
+        else:
+            await self._thread()
         self.split.flush_partial()
         self.state.up = False
-        self.state.last_error = "stdin closed"
+        self.state.last_error = self.state.last_error or "stdin closed"
         await asyncio.Event().wait()  # stay alive: the daemon keeps probing
+
+    async def _pipe(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(self.fd, "rb", 0,
+                                                                                                closefd=False))
+        while data := await reader.read(1 << 16):
+            self.split.feed(data)
+
+    async def _thread(self) -> None:
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[bytes] = asyncio.Queue(maxsize=64)  # bounded: the thread waits for the loop
+
+        def read() -> None:
+            try:
+                while data := os.read(self.fd, 1 << 16):
+                    asyncio.run_coroutine_threadsafe(chunks.put(data), loop).result()
+            except (OSError, RuntimeError) as exc:  # RuntimeError: the loop closed under us at shutdown
+                self.state.last_error = f"stdin: {exc}"
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(chunks.put(b""), loop)
+
+        threading.Thread(target=read, name="stdin-reader", daemon=True).start()
+        while data := await chunks.get():
+            self.split.feed(data)
+            await asyncio.sleep(0)
 
 
 LogSource = FileFollower | CommandSource | StdinSource
+
+
+def kill_now(source: LogSource | None) -> None:
+    """On a hard exit (second signal): the log command's process group must not outlive the daemon."""
+    if isinstance(source, CommandSource) and source.pgid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(source.pgid, 9)

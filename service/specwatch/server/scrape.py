@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from ..records import ServerSample
 
 log = logging.getLogger("specwatch")
 WARN_EVERY_S = 60.0
+MAX_SCRAPE_BYTES = 8 * 1024 * 1024  # vLLM's /metrics is ~650 lines; a runaway exposition is refused whole
 
 SGLANG_GAUGES = {
     "sglang:spec_accept_length": "accept_length",
@@ -35,12 +37,25 @@ VLLM_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_toke
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
+RANGES = {"accept_length": (0.0, 64.0), "accept_rate": (0.0, 1.0), "gen_throughput": (0.0, 1e12),
+          "running": (0.0, 2.0**53), "queued": (0.0, 2.0**53), "token_usage": (0.0, 1.5)}
+MAX_DP_RANKS = 64  # beyond that, one "other" series: a scrape cannot add unbounded series
+MAX_POSITIONS = 64
+
+
 @dataclass(slots=True)
 class ScrapeState:
-    """Previous vLLM counter values, to turn counters into interval rates."""
+    """Previous vLLM counter values, to turn counters into interval rates; values refused, by count."""
 
     prev: dict[str, float] = field(default_factory=dict)
     prev_pos: dict[str, float] = field(default_factory=dict)
+    rejected: int = 0  # non-finite or out-of-range values, unknown labels: counted, never exported
+
+
+def dp_label(raw: str) -> str:
+    """A dp_rank label value from a closed set: "0" … "63" (leading zeros dropped), else "other"."""
+    return str(int(raw)) if raw.isascii() and raw.isdigit() and len(raw) <= 4 and int(raw) < MAX_DP_RANKS \
+        else "other"
 
 
 def samples_from_text(text: str, state: ScrapeState) -> list[ServerSample]:
@@ -49,48 +64,67 @@ def samples_from_text(text: str, state: ScrapeState) -> list[ServerSample]:
     per_pos: dict[str, float] = defaultdict(float)
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
+            v = s.value
             if s.name in SGLANG_GAUGES:
-                sg[s.labels.get("dp_rank", "0")][SGLANG_GAUGES[s.name]] = s.value
-            elif s.name.removesuffix("_total") in VLLM_COUNTERS and s.name.endswith("_total"):
-                counters[s.name.removesuffix("_total")] += s.value
-            elif s.name == VLLM_PER_POS + "_total":
-                per_pos[s.labels.get("position", "0")] += s.value
+                key = SGLANG_GAUGES[s.name]
+                lo, hi = RANGES[key]
+                if math.isfinite(v) and lo <= v <= hi:
+                    sg[dp_label(s.labels.get("dp_rank", "0"))][key] = v
+                else:
+                    state.rejected += 1
+            elif s.name.endswith("_total") and (s.name.removesuffix("_total") in VLLM_COUNTERS
+                                                 or s.name == VLLM_PER_POS + "_total"):
+                pos = s.labels.get("position", "0")
+                if not (math.isfinite(v) and 0 <= v <= 2.0**53) or (
+                        s.name == VLLM_PER_POS + "_total" and not (pos.isascii() and pos.isdigit()
+                                                                   and int(pos) < MAX_POSITIONS)):
+                    state.rejected += 1
+                elif s.name == VLLM_PER_POS + "_total":
+                    per_pos[str(int(pos))] += v
+                else:
+                    counters[s.name.removesuffix("_total")] += v
     out = []
-    for dp, v in sorted(sg.items()):
-        al = v.get("accept_length")
+    for dp, g in sorted(sg.items()):
+        al = g.get("accept_length")
         out.append(ServerSample(
-            source="scrape", dp_rank=dp, accept_length=al if al else None, accept_rate=v.get("accept_rate"),
-            gen_throughput=v.get("gen_throughput"),
-            running=int(v["running"]) if "running" in v else None,
-            queued=int(v["queued"]) if "queued" in v else None, token_usage=v.get("token_usage")))
+            source="scrape", dp_rank=dp, accept_length=al if al else None, accept_rate=g.get("accept_rate"),
+            gen_throughput=g.get("gen_throughput"),
+            running=int(g["running"]) if "running" in g else None,
+            queued=int(g["queued"]) if "queued" in g else None, token_usage=g.get("token_usage")))
     if counters:
         d = {k: counters[k] - state.prev.get(k, 0.0) for k in counters}
+        dpos = {p: per_pos[p] - state.prev_pos.get(p, 0.0) for p in per_pos}
         drafts = d.get("vllm:spec_decode_num_drafts", 0.0)
-        if state.prev and drafts > 0:
+        restarted = any(x < 0 for x in (*d.values(), *dpos.values()))  # counters went back: a new server
+        if state.prev and drafts > 0 and not restarted:
             acc = d.get("vllm:spec_decode_num_accepted_tokens", 0.0)
             drafted = d.get("vllm:spec_decode_num_draft_tokens", 0.0)
-            positions = tuple((per_pos[p] - state.prev_pos.get(p, 0.0)) / drafts
-                              for p in sorted(per_pos, key=int))
-            out.append(ServerSample(source="scrape", accept_length=1.0 + acc / drafts,
-                                    accept_rate=acc / drafted if drafted else None,
-                                    accepted_tokens=int(acc), drafted_tokens=int(drafted),
-                                    position_acceptance=positions))
+            positions = tuple(dpos[p] / drafts for p in sorted(dpos, key=int))
+            if any(p > 1.0 for p in positions) or acc / drafts > MAX_POSITIONS:
+                state.rejected += 1
+            else:
+                out.append(ServerSample(source="scrape", accept_length=1.0 + acc / drafts,
+                                        accept_rate=min(1.0, acc / drafted) if drafted else None,
+                                        accepted_tokens=int(acc), drafted_tokens=int(drafted),
+                                        position_acceptance=positions))
         state.prev = dict(counters)
         state.prev_pos = dict(per_pos)
     return out
 
 
-async def scrape_forever(session: aiohttp.ClientSession, url: str, interval_s: float,
+async def scrape_forever(session: aiohttp.ClientSession, url: str, interval_s: float, state: ScrapeState,
                          on_sample: Callable[[ServerSample], None], on_up: Callable[[bool], None]) -> None:
     """Scrape ``url`` every ``interval_s``; each attempt reports up or down, a failure is logged at most once
     per ``WARN_EVERY_S`` (never raised: a failing server is data)."""
-    state = ScrapeState()
     warned = -WARN_EVERY_S
     while True:
         error = ""
         try:
-            async with session.get(url) as resp:
-                text = await resp.text() if resp.status == 200 else ""
+            async with session.get(url, allow_redirects=False) as resp:
+                text = (await resp.content.read(MAX_SCRAPE_BYTES + 1)).decode("utf-8", "replace") \
+                    if resp.status == 200 else ""
+                if len(text) > MAX_SCRAPE_BYTES:
+                    raise ValueError(f"more than {MAX_SCRAPE_BYTES} bytes")
                 error = "" if resp.status == 200 else f"HTTP {resp.status}"
             for s in samples_from_text(text, state):
                 on_sample(s)
