@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -163,3 +164,42 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
 
 def sim_truth(proc: Proc) -> dict[str, Any]:
     return http_json(proc.control + "/truth")
+
+
+def scrape(url: str) -> dict[str, float]:
+    out = {}
+    for line in http_get(url + "/metrics")[1].decode().splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+class Pinger:
+    """/healthz and /metrics, 50 times a second each, from another thread, until stopped."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.worst_healthz_s = 0.0
+        self.failures: list[str] = []
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            t0 = time.perf_counter()
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
+                    r.read()
+                self.worst_healthz_s = max(self.worst_healthz_s, time.perf_counter() - t0)
+                with urllib.request.urlopen(self.url + "/metrics", timeout=2) as r:
+                    r.read()
+                self.count += 1
+            except OSError as exc:
+                self.failures.append(repr(exc))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)

@@ -1,5 +1,8 @@
 """A deliberately broken SGLang look-alike for the client's failure tests: a real HTTP server whose n-th
-/generate request gets the n-th fault of FAULTS (cycling). Faults that the simulator would never produce."""
+/generate request gets the n-th fault of FAULTS (cycling). With ``hostile`` as second argument it is a hostile
+OpenAI-compatible server instead: a /v1/models list holding a non-object, completion chunks whose text is a
+number, a /metrics exposition with +Inf values and 2,000 dp_rank labels, and a redirect to another server.
+Faults that neither the simulator nor a sane server would produce."""
 
 import asyncio
 import sys
@@ -59,5 +62,37 @@ async def main(port: int) -> None:
     await asyncio.Event().wait()
 
 
+async def hostile(port: int) -> None:
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [7, "x"]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"index": 0, "text": 12345}], "usage": null}\n\n')
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def metrics(_: web.Request) -> web.Response:
+        lines = ["sglang:num_running_reqs{dp_rank=\"0\"} +Inf", "sglang:spec_accept_length{dp_rank=\"0\"} NaN",
+                 "sglang:gen_throughput{dp_rank=\"0\"} 1e308"]
+        lines += [f"sglang:spec_accept_length{{dp_rank=\"{i}\"}} 2.5" for i in range(2000)]
+        return web.Response(text="\n".join(lines) + "\n")
+
+    async def moved(_: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect("http://127.0.0.1:9/v1/completions")
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", moved)
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    asyncio.run(hostile(int(sys.argv[1])) if sys.argv[2:] == ["hostile"] else main(int(sys.argv[1])))

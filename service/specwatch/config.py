@@ -74,6 +74,7 @@ class Config:
 
 
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Config)}
+MAX_INTERVALS_KEPT = 10_000  # memory is bounded by (longest window / interval) interval histograms
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -120,6 +121,11 @@ def check(cfg: Config) -> Config:
         raise ConfigError("log_file, log_cmd and log_stdin are alternatives: give at most one")
     if cfg.baseline_tps is not None and cfg.baseline_url is not None:
         raise ConfigError("baseline_tps and baseline_url are alternatives: give at most one")
+    intervals = max(cfg.windows) / cfg.interval_s
+    if intervals > MAX_INTERVALS_KEPT:
+        raise ConfigError(f"windows_s / interval_s: the longest window ({max(cfg.windows)} s) would keep "
+                          f"{intervals:.0f} intervals of {cfg.interval_s:g} s; at most {MAX_INTERVALS_KEPT} "
+                          "(raise interval_s or shorten the window)")
     for secret in ("api_key", "api_token"):
         if getattr(cfg, secret) and getattr(cfg, secret + "_file"):
             raise ConfigError(f"{secret} and {secret}_file are alternatives: give at most one")

@@ -73,17 +73,22 @@ def typed(kind: type) -> Check:
     return check
 
 
-def at_least(kind: type, lo: float, strict: bool = False) -> Check:
+def at_least(kind: type, lo: float, strict: bool = False, hi: float | None = None) -> Check:
     def check(key: str, v: Any) -> Any:
         x = typed(kind)(key, v)
         if x < lo or (strict and x == lo):
             raise ConfigError(f"{key}: must be {'>' if strict else '>='} {lo:g}, got {v!r}")
+        if hi is not None and x > hi:
+            raise ConfigError(f"{key}: must be at most {hi:g}, got {v!r}")
         return x
     return check
 
 
-def positive(kind: type) -> Check:
-    return at_least(kind, 0, strict=True)
+def positive(kind: type, hi: float) -> Check:
+    return at_least(kind, 0, strict=True, hi=hi)
+
+
+DAY_S = 86_400.0
 
 
 def choice(*allowed: str) -> Check:
@@ -112,7 +117,7 @@ def listen(key: str, v: Any) -> str:
 def window_list(key: str, v: Any) -> str:
     s = typed(str)(key, v)
     parts = [p.strip() for p in s.split(",")]
-    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if not parts or not all(p.isascii() and p.isdigit() and 0 < int(p) <= 7 * 86_400 for p in parts):
         raise ConfigError(f"{key}: {s!r} must be a comma-separated list of window lengths in seconds, e.g. 60,300")
     return ",".join(parts)
 
@@ -156,25 +161,25 @@ OPTIONS: dict[str, Option] = {
     # the target and the probes: run, bench and sweep
     "server_url": Option(url, "URL of the (speculative) server, http://host:port"),
     "api": Option(choice("auto", *APIS), "auto | sglang | completions | chat"),
-    "max_tokens": Option(positive(int), "tokens per request"),
-    "temperature": Option(at_least(float, 0), "sampling temperature"),
+    "max_tokens": Option(positive(int, 1_000_000), "tokens per request"),
+    "temperature": Option(at_least(float, 0, hi=100), "sampling temperature"),
     "ignore_eos": Option(typed(bool), "generate exactly max_tokens; --no-ignore-eos stops at EOS"),
     "prompts": Option(typed(str), "prompt file (JSONL with text or messages, or ShareGPT JSON); default: built-in"),
-    "concurrency": Option(positive(int), "closed loop: streams in flight"),
-    "rate_per_s": Option(positive(float), "open loop: requests per second (instead of the closed loop)"),
-    "connect_timeout_s": Option(positive(float), "connect timeout in seconds"),
-    "read_timeout_s": Option(positive(float), "longest a stream may go without a token, in seconds"),
-    "request_timeout_s": Option(positive(float), "whole-request deadline, in seconds"),
+    "concurrency": Option(positive(int, 10_000), "closed loop: streams in flight"),
+    "rate_per_s": Option(positive(float, 100_000), "open loop: requests per second (instead of the closed loop)"),
+    "connect_timeout_s": Option(positive(float, DAY_S), "connect timeout in seconds"),
+    "read_timeout_s": Option(positive(float, DAY_S), "longest a stream may go without a token, in seconds"),
+    "request_timeout_s": Option(positive(float, DAY_S), "whole-request deadline, in seconds"),
     "api_key": Option(secret, "the target's API key, sent as Authorization: Bearer (SPECWATCH_API_KEY)",
                       flag=False),
     "api_key_file": Option(typed(str), "read the target's API key from this file"),
     "ca_file": Option(typed(str), "CA bundle (PEM) to verify the target's TLS certificate"),
     # bench
-    "num_runs": Option(positive(int), "measured requests"),
-    "warmup": Option(at_least(int, 0), "warm-up requests, recorded apart and discarded"),
+    "num_runs": Option(positive(int, 10_000_000), "measured requests"),
+    "warmup": Option(at_least(int, 0, hi=1_000_000), "warm-up requests, recorded apart and discarded"),
     "poisson": Option(typed(bool), "open loop: Poisson arrivals instead of constant"),
-    "max_in_flight": Option(positive(int), "open loop: cap on streams in flight (waiting counts as schedule lag)"),
-    "seed": Option(typed(int), "seed of the Poisson arrivals"),
+    "max_in_flight": Option(positive(int, 100_000), "open loop: cap on streams in flight (waits are schedule lag)"),
+    "seed": Option(at_least(int, 0, hi=2**63 - 1), "seed of the Poisson arrivals"),
     "json": Option(typed(str), "write the results document here"),
     "records": Option(typed(str), "write every request record here (JSON Lines; replay with specwatch report)"),
     "hlog": Option(typed(str), "write an HdrHistogram interval log here"),
@@ -184,16 +189,16 @@ OPTIONS: dict[str, Option] = {
     "log_stdin": Option(typed(bool), "read server logs from stdin"),
     "from_start": Option(typed(bool), "read --log-file from its start instead of its end"),
     "listen": Option(listen, f"HOST:PORT for /metrics and the API (default {DEFAULT_LISTEN})"),
-    "baseline_tps": Option(positive(float), "non-speculative decode tok/s to compare against"),
+    "baseline_tps": Option(positive(float, 1e9), "non-speculative decode tok/s to compare against"),
     "baseline_url": Option(url, "a non-speculative server probed A/B with the same prompts"),
-    "pause_s": Option(at_least(float, 0), "pause between a stream's probes in seconds"),
-    "interval_s": Option(positive(float), "interval between window updates in seconds"),
-    "verdict_window_s": Option(positive(int), "window for tok/s, speedup and verdict, in seconds"),
+    "pause_s": Option(at_least(float, 0, hi=DAY_S), "pause between a stream's probes in seconds"),
+    "interval_s": Option(positive(float, 3600), "interval between window updates in seconds"),
+    "verdict_window_s": Option(positive(int, 7 * 86_400), "window for tok/s, speedup and verdict, in seconds"),
     "windows_s": Option(window_list, "rolling windows in seconds, comma-separated"),
     "server_metrics": Option(typed(bool), "also scrape the server's own /metrics for accept length"),
     "hysteresis": Option(ratio, "speedup must exceed 1 + this to clear the below-baseline state"),
-    "min_requests": Option(positive(int), "requests in the verdict window before a verdict"),
-    "drain_timeout_s": Option(positive(float), "on SIGTERM, wait this long for probes in flight"),
+    "min_requests": Option(positive(int, 1_000_000), "requests in the verdict window before a verdict"),
+    "drain_timeout_s": Option(positive(float, DAY_S), "on SIGTERM, wait this long for probes in flight"),
     "view": Option(choice("auto", "table", "log"), "terminal table (auto when stdout is a TTY) or log lines"),
     "api_token": Option(secret, "require Authorization: Bearer <token> on /api/* (SPECWATCH_API_TOKEN)", flag=False),
     "api_token_file": Option(typed(str), "require Authorization: Bearer <the token in this file> on /api/*"),
@@ -202,8 +207,8 @@ OPTIONS: dict[str, Option] = {
     "param": Option(typed(str), "NAME=V1,V2,… (several make a grid)", many=True),
     "baseline_launch": Option(typed(str), "the same server without speculation"),
     "targets": Option(typed(str), "URL,URL of servers already running (instead of --launch)"),
-    "ready_timeout_s": Option(positive(float), "wait this long for a launched server to become ready"),
-    "grace_s": Option(positive(float), "seconds between SIGTERM and SIGKILL when stopping a server"),
+    "ready_timeout_s": Option(positive(float, 7 * DAY_S), "wait this long for a launched server to become ready"),
+    "grace_s": Option(positive(float, DAY_S), "seconds between SIGTERM and SIGKILL when stopping a server"),
     "out": Option(typed(str), "output directory"),
 }
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Procs, free_port, http_get, http_json, sim_truth, specwatch_cmd, wait_until
+from conftest import Procs, free_port, http_get, http_json, scrape, sim_truth, specwatch_cmd, wait_until
 from specwatch.server.logparse import parse_line
 from specwatch.sim import model
 
@@ -20,15 +20,6 @@ pytestmark = pytest.mark.integration
 def spec_flags(steps: int) -> tuple[str, ...]:
     return ("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
             "--speculative-eagle-topk", "1", "--decode-log-interval", "10")
-
-
-def scrape(url: str) -> dict[str, float]:
-    out = {}
-    for line in http_get(url + "/metrics")[1].decode().splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
 
 
 def start_daemon(procs: Procs, *flags: str, name: str = "daemon"):

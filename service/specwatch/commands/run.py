@@ -82,6 +82,7 @@ class Daemon:
         self.up: dict[str, bool] = dict.fromkeys(self.targets, False)
         self.last_ok: dict[str, float] = {}
         self.summary: Summary | None = None
+        self._failures: dict[tuple[str, str], tuple[float, int]] = {}  # last report time, failures not shown
         self.exporter.baseline.set(cfg.baseline_tps if cfg.baseline_tps else float("nan"))
 
     # ---- sinks (synchronous, per event) ------------------------------------------------------
@@ -92,6 +93,21 @@ class Daemon:
         self.set_up(rec.target, rec.outcome.value != "connect_error")
         if rec.ok:
             self.last_ok[rec.target] = time.monotonic()
+        elif not rec.warmup:
+            self._say_failure(rec)
+
+    def _say_failure(self, rec: RequestRecord) -> None:
+        """A failed probe's reason goes to the log (never to a label), at most once a minute per target and
+        outcome, with the count of those not shown."""
+        key = (rec.target, rec.outcome.value)
+        now = time.monotonic()
+        last, quiet = self._failures.get(key, (-60.0, 0))
+        if now - last < 60:
+            self._failures[key] = (last, quiet + 1)
+            return
+        more = f" ({quiet} more since the last report)" if quiet else ""
+        log.warning("probe to %s failed: %s: %.200s%s", rec.target, rec.outcome.value, rec.error, more)
+        self._failures[key] = (now, 0)
 
     def set_up(self, target: str, up: bool) -> None:
         self.up[target] = up

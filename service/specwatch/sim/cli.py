@@ -21,6 +21,7 @@ from aiohttp import web
 from . import logfmt, model
 from .control import control_routes
 from .engine import Engine, EngineSettings
+from .faults import FaultPlan
 from .native import NativeAPI
 from .openai import OpenAIAPI
 from .sglang_metrics import SGLangMetrics
@@ -55,7 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SGLang release family whose log line shapes to print")
     p.add_argument("--quiet", action="store_true", help="do not print log lines to stdout")
     p.add_argument("--seed", type=int, default=None, help="make acceptance draws reproducible")
-    p.add_argument("--control-port", type=int, default=None)
+    p.add_argument("--control-port", type=int, default=None,
+                   help="serve /truth, /explain and /control (profile, pause, fault injection) on this port")
+    p.add_argument("--control-host", default="127.0.0.1",
+                   help="address of the control port (default 127.0.0.1: it is unauthenticated)")
     p.add_argument("--load-seconds", type=float, default=0.0,
                    help="pretend to load weights for this long before the port opens")
     p.add_argument("--explain", action="store_true", help="print the expected numbers and exit")
@@ -135,24 +139,25 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
         await asyncio.sleep(args.load_seconds)
         sink.info(family, "Load weight end. (simulated)")
     app = web.Application(client_max_size=8 * 1024 * 1024)
-    NativeAPI(engine, ident, metrics.render if metrics else None).routes(app)
-    OpenAIAPI(engine, ident).routes(app)
+    faults = FaultPlan()
+    NativeAPI(engine, ident, metrics.render if metrics else None, faults).routes(app)
+    OpenAIAPI(engine, ident, faults).routes(app)
     runners = [web.AppRunner(app, access_log=None, handler_cancellation=True)]
-    sites: list[tuple[web.AppRunner, int]] = [(runners[0], args.port)]
+    sites: list[tuple[web.AppRunner, str, int]] = [(runners[0], args.host, args.port)]
     if args.control_port:
         capp = web.Application()
-        control_routes(capp, engine, args.batch_size)
+        control_routes(capp, engine, args.batch_size, faults)
         runners.append(web.AppRunner(capp, access_log=None))
-        sites.append((runners[1], args.control_port))
+        sites.append((runners[1], args.control_host, args.control_port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     task = asyncio.create_task(engine.run())
     try:
-        for runner, port in sites:
+        for runner, host, port in sites:
             await runner.setup()
-            await web.TCPSite(runner, args.host, port, reuse_address=True).start()
+            await web.TCPSite(runner, host, port, reuse_address=True).start()
         sink.info(family, f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
         sink.info(family, "The server is fired up and ready to roll!")
         done, _ = await asyncio.wait([task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)

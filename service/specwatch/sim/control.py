@@ -13,15 +13,28 @@ from aiohttp import web
 
 from . import model
 from .engine import Engine
+from .faults import FaultPlan
+
+SCALE_RANGE = {"accept_scale": (0.0, 10.0), "cost_scale": (0.0, 100.0)}
+MAX_PAUSE_S = 3600.0
 
 
-def control_routes(app: web.Application, engine: Engine, batch_size: int) -> None:
+def _scale(body: dict[str, Any], key: str) -> float:
+    v = body.get(key, 1.0)
+    lo, hi = SCALE_RANGE[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v <= hi:
+        raise ValueError(f"{key}: must be a number in ({lo:g}, {hi:g}]")
+    return float(v)
+
+
+def control_routes(app: web.Application, engine: Engine, batch_size: int, faults: FaultPlan) -> None:
     def explained() -> dict[str, Any]:
         return asdict(model.explain(engine.s.profile, engine.s.spec, batch_size))
 
     async def truth(request: web.Request) -> web.Response:
         body = {"requests": list(engine.truth), "counters": dict(engine.counters),
-                "forward_ct_decode": engine.forward_ct_decode, "explain": explained()}
+                "forward_ct_decode": engine.forward_ct_decode, "explain": explained(),
+                "faults": {"kind": faults.kind, "remaining": faults.remaining, "injected": faults.injected}}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def explain(request: web.Request) -> web.Response:
@@ -30,18 +43,29 @@ def control_routes(app: web.Application, engine: Engine, batch_size: int) -> Non
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def control(request: web.Request) -> web.Response:
+        """Every value is checked before anything changes: a bad request changes nothing and answers 400."""
         try:
             body = orjson.loads(await request.read())
-            unknown = set(body) - {"profile", "accept_scale", "cost_scale", "pause_s"}
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            unknown = set(body) - {"profile", "accept_scale", "cost_scale", "pause_s", "fault", "count", "stall_s",
+                                   "drip_interval_s"}
             if unknown:
                 raise ValueError(f"unknown control keys: {sorted(unknown)}")
-            base = model.PROFILES[body.get("profile", engine.s.profile.name)]
-            profile = base.with_overrides(float(body.get("accept_scale", 1.0)), float(body.get("cost_scale", 1.0)))
-        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
+            name = body.get("profile", engine.s.profile.name)
+            if name not in model.PROFILES:
+                raise ValueError(f"profile: {name!r} is not one of {', '.join(sorted(model.PROFILES))}")
+            profile = model.PROFILES[name].with_overrides(_scale(body, "accept_scale"), _scale(body, "cost_scale"))
+            pause = body.get("pause_s", 0)
+            if isinstance(pause, bool) or not isinstance(pause, (int, float)) or not 0 <= pause <= MAX_PAUSE_S:
+                raise ValueError(f"pause_s: must be a number of seconds from 0 to {MAX_PAUSE_S:g}")
+            if "fault" in body:
+                faults.arm(body)
+        except (ValueError, orjson.JSONDecodeError) as exc:
             return web.Response(status=400, body=orjson.dumps({"error": str(exc)}), content_type="application/json")
         engine.set_profile(profile)
-        if body.get("pause_s"):
-            engine.pause(float(body["pause_s"]))
+        if pause:
+            engine.pause(float(pause))
         return web.Response(body=orjson.dumps(explained()), content_type="application/json")
 
     app.router.add_get("/truth", truth)

@@ -10,6 +10,7 @@ import orjson
 from aiohttp import web
 
 from .engine import Engine, SimRequest, Snapshot
+from .faults import FaultPlan, FaultyStream, http_status
 from .text import count_prompt_tokens
 from .wire import (
     SSE_HEADERS,
@@ -26,8 +27,9 @@ from .wire import (
 
 
 class NativeAPI(Handlers):
-    def __init__(self, engine: Engine, ident: ServerIdentity, metrics_render: Callable[[], bytes] | None) -> None:
-        super().__init__(engine, ident)
+    def __init__(self, engine: Engine, ident: ServerIdentity, metrics_render: Callable[[], bytes] | None,
+                 faults: FaultPlan | None = None) -> None:
+        super().__init__(engine, ident, faults)
         self.metrics_render = metrics_render
 
     def routes(self, app: web.Application) -> None:
@@ -118,18 +120,22 @@ class NativeAPI(Handlers):
             rid = body.get("rid") if isinstance(body.get("rid"), str) else None
         except BadRequest as exc:
             return json_response({"error": str(exc)}, 400)
+        fault = self.faults.take()
+        if (status := http_status(fault)) is not None:
+            return json_response({"error": f"injected fault: HTTP {status}"}, status)
         req = self.new_request(request, prompt, ptoks, max_new, ignore_eos, temperature, interval, rid)
         if not stream:
             last = await self.drive(req, None)
             return json_response({"text": last.text, "meta_info": self._meta(req, last)})
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
+        out = FaultyStream(request, resp, fault, self.faults)
 
         async def write(snap: Snapshot) -> None:
-            await resp.write(b"data: " + orjson.dumps({"text": snap.text, "meta_info": self._meta(req, snap)})
+            await out.write(b"data: " + orjson.dumps({"text": snap.text, "meta_info": self._meta(req, snap)})
                              + b"\n\n")
 
         await self.drive(req, write)
-        await resp.write(b"data: [DONE]\n\n")
+        await out.write(b"data: [DONE]\n\n")
         return resp
 

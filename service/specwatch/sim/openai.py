@@ -10,6 +10,7 @@ import orjson
 from aiohttp import web
 
 from .engine import Snapshot
+from .faults import FaultyStream, http_status
 from .text import count_prompt_tokens
 from .wire import SSE_HEADERS, BadRequest, Handlers, boolean, json_response, max_tokens, number, read_json
 
@@ -61,6 +62,10 @@ class OpenAIAPI(Handlers):
         except BadRequest as exc:
             return json_response({"object": "error", "message": str(exc), "type": "BadRequestError", "param": None,
                           "code": 400}, 400)
+        fault = self.faults.take()
+        if (status := http_status(fault)) is not None:
+            return json_response({"object": "error", "message": f"injected fault: HTTP {status}", "type": "Fault",
+                                  "param": None, "code": status}, status)
         req = self.new_request(request, prompt, count_prompt_tokens(prompt), max_new, ignore_eos, temperature,
                                 None, None)
         oid = ("chatcmpl-" if chat else "cmpl-") + req.rid
@@ -92,11 +97,12 @@ class OpenAIAPI(Handlers):
 
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
+        out = FaultyStream(request, resp, fault, self.faults)
 
         async def send(choices: list[dict[str, Any]], use: dict[str, int] | None) -> None:
             chunk = {"id": oid, "object": obj, "created": created, "model": model, "choices": choices,
                      "usage": use}
-            await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+            await out.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
 
         if chat:
             await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -119,7 +125,7 @@ class OpenAIAPI(Handlers):
         final = await self.drive(req, write)
         if include_usage:
             await send([], usage(final.completion_tokens))
-        await resp.write(b"data: [DONE]\n\n")
+        await out.write(b"data: [DONE]\n\n")
         return resp
 
 

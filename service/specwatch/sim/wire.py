@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from .engine import Engine, SimRequest, Snapshot
+from .faults import FaultPlan
 
 MAX_NEW_TOKENS_LIMIT = 32_768
 RECEIVED_NS = "specwatch.received_ns"
@@ -84,9 +85,10 @@ async def received_at(request: web.Request, handler: Callable[[web.Request], Awa
 class Handlers:
     """What both APIs share: the engine, the server's identity, submitting and driving requests."""
 
-    def __init__(self, engine: Engine, ident: ServerIdentity) -> None:
+    def __init__(self, engine: Engine, ident: ServerIdentity, faults: FaultPlan | None = None) -> None:
         self.engine = engine
         self.ident = ident
+        self.faults = faults or FaultPlan()
 
     def new_request(self, request: web.Request, prompt: str, prompt_tokens: int, max_new: int, ignore_eos: bool,
                      temperature: float, stream_interval: int | None, rid: str | None) -> SimRequest:
