@@ -131,7 +131,7 @@ def ratio(key: str, v: Any) -> float:
 
 def secret(key: str, v: Any) -> str:
     """A secret (an API key): checked without ever echoing it."""
-    if not isinstance(v, str) or not v.strip() or any(c in v for c in "\r\n"):
+    if not isinstance(v, str) or not v.strip() or any(c in v.strip() for c in "\r\n"):
         raise ConfigError(f"{key}: must be a non-empty single-line string (value not shown)")
     return v.strip()
 

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..errors import StreamError
+from ..errors import StreamError, TargetError
 from ..options import redact
 from ..records import Outcome, RequestRecord
 from .sse import SSEParser
@@ -58,8 +58,12 @@ def make_session(max_streams: int, timeouts: Timeouts, access: Access | None = N
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
-    """The decoded body of a 200 answer, else None. Connection errors propagate (the caller decides)."""
+    """The decoded body of a 200 answer, else None; ``TargetError`` on 401/403 (the key is wrong or missing,
+    which no retry will mend). Connection errors propagate (the caller decides)."""
     async with session.get(url, allow_redirects=False) as resp:
+        if resp.status in (401, 403):
+            raise TargetError(f"{redact(url)} answered HTTP {resp.status}: give the target's API key in "
+                              "SPECWATCH_API_KEY or --api-key-file")
         if resp.status != 200:
             return None
         try:

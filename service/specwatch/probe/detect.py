@@ -62,7 +62,7 @@ async def lifetime_accept_length(session: aiohttp.ClientSession, info: ServerInf
     for path in ("/server_info", "/get_server_info"):
         try:
             doc = await get_json(session, base_url + path)
-        except UNREACHABLE:
+        except (*UNREACHABLE, TargetError):
             continue
         if not isinstance(doc, dict):
             continue

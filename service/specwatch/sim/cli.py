@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import os
 import signal
+import ssl
 import sys
 import time
 from typing import IO, Any
@@ -48,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-interval", type=int, default=1)
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument("--api-key", default=None, help="answer 401 unless Authorization: Bearer <key> (as SGLang)")
+    p.add_argument("--ssl-certfile", default=None, help="serve HTTPS with this certificate (PEM)")
+    p.add_argument("--ssl-keyfile", default=None, help="the certificate's private key (PEM)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
     # simulator-only
     p.add_argument("--profile", default="seed", choices=sorted(model.PROFILES))
@@ -114,6 +118,15 @@ def server_args(args: argparse.Namespace, spec: model.SpecConfig, max_running: i
     }
 
 
+def require_key(key: str | None) -> Any:
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if key and request.path != "/health" and request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+    return check
+
+
 async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     spec: model.SpecConfig = args.spec
     family = args.log_format
@@ -138,7 +151,7 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
         sink.info(family, "Load weight begin. (simulated)")
         await asyncio.sleep(args.load_seconds)
         sink.info(family, "Load weight end. (simulated)")
-    app = web.Application(client_max_size=8 * 1024 * 1024)
+    app = web.Application(client_max_size=8 * 1024 * 1024, middlewares=[require_key(args.api_key)])
     faults = FaultPlan()
     NativeAPI(engine, ident, metrics.render if metrics else None, faults).routes(app)
     OpenAIAPI(engine, ident, faults).routes(app)
@@ -155,10 +168,15 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
         loop.add_signal_handler(sig, stop.set)
     task = asyncio.create_task(engine.run())
     try:
-        for runner, host, port in sites:
+        tls = None
+        if args.ssl_certfile:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
+        for i, (runner, host, port) in enumerate(sites):
             await runner.setup()
-            await web.TCPSite(runner, host, port, reuse_address=True).start()
-        sink.info(family, f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+            await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls if i == 0 else None).start()
+        scheme = "https" if tls else "http"
+        sink.info(family, f"Uvicorn running on {scheme}://{args.host}:{args.port} (Press CTRL+C to quit)")
         sink.info(family, "The server is fired up and ready to roll!")
         done, _ = await asyncio.wait([task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         if task in done:
