@@ -1,22 +1,34 @@
-"""Memory stays bounded however long the daemon runs: RSS after 100k probes against a fast local server,
-against RSS after 1k and 10k, in one run. Uses the daemon itself (``Daemon``: recorder, windows, exporter,
-verdict) with a 0.05 s interval tick and a 5 s window, so the windows fill within the first ~10k probes and
-then roll over hundreds of times; memory held by the windows is bounded by (window / interval) intervals.
+"""Soak: memory, file descriptors, tasks and series stay flat however long the daemon runs.
+
+The daemon itself (``Daemon``: probes, recorder, windows, exporter, verdict, log tailing) runs in this process
+against ``specwatch sim --profile fast`` (the seed's shape at 1/100 of its costs) with a 0.05 s interval and a
+5 s window, so the windows fill within the first seconds and then roll over hundreds of times, while the
+simulator writes a decode log line every verify round (a log flood of thousands of lines a second) that the
+daemon follows. At marks it prints RSS, open fds, asyncio tasks and exported series; the verdict is the
+growth after warm-up (the 10k mark) to the end.
 
     .venv/bin/python benchmarks/memory_soak.py [--requests 100000]
 """
 
 import argparse
 import asyncio
+import gc
+import os
+import sys
+import tempfile
+import time
 from pathlib import Path
 
-from common import free_port, start_fastserver
+from common import free_port
+from specwatch.commands.launch import Server, wait_ready
 from specwatch.commands.run import Daemon
 from specwatch.config import Config
 
+WARMUP_MARK = 10_000
+
 
 def marks_for(total: int) -> list[int]:
-    return sorted({min(1_000, total), min(10_000, total), total // 2, total})
+    return sorted({min(1_000, total), min(WARMUP_MARK, total), total // 2, total})
 
 
 def rss_mib() -> float:
@@ -26,26 +38,42 @@ def rss_mib() -> float:
     return float("nan")
 
 
+def probes(d: Daemon) -> int:
+    return sum(st.requests for st in d.recorder.cumulative.values()) + sum(
+        st.requests for st in d.recorder.current.values())
 
-async def main(total: int) -> None:
+
+async def main(total: int) -> int:
     port = free_port()
-    server = start_fastserver(port)
+    tmp = Path(tempfile.mkdtemp(prefix="specwatch-soak-"))
+    log = tmp / "sim.log"
+    sim = Server([sys.executable, "-m", "specwatch", "sim", "--port", str(port), "--profile", "fast",
+                  "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                  "--decode-log-interval", "1", "--log-file", str(log), "--quiet"])
     try:
+        wait_ready(f"http://127.0.0.1:{port}", sim, 30.0, poll_s=0.1)
         cfg = Config(server_url=f"http://127.0.0.1:{port}", api="sglang", listen=f"127.0.0.1:{free_port()}",
                      interval_s=0.05, verdict_window_s=1, windows_s="5", concurrency=8, pause_s=0, max_tokens=9,
-                     baseline_tps=90, view="log")
-        with open("/dev/null", "w") as devnull:
+                     baseline_tps=90, view="log", log_file=str(log))
+        with open(os.devnull, "w") as devnull:
             d = Daemon(cfg, out=devnull)
-            marks: dict[int, float] = {}
+            rows: dict[int, tuple[float, int, int, int, int]] = {}
+            t0 = time.monotonic()
 
             async def watch() -> None:
                 while True:
-                    n = sum(st.requests for st in d.recorder.cumulative.values()) + sum(
-                        st.requests for st in d.recorder.current.values())
+                    n = probes(d)
                     for mark in marks_for(total):
-                        if n >= mark and mark not in marks:
-                            marks[mark] = rss_mib()
-                            print(f"{n:>8} probes: RSS {marks[mark]:.1f} MiB", flush=True)
+                        if n >= mark and mark not in rows:
+                            gc.collect()
+                            series = sum(1 for line in d.exporter.render().splitlines()
+                                         if line and not line.startswith(b"#"))
+                            lines = sum(d.ingest.counts.values())
+                            rows[mark] = (rss_mib(), len(os.listdir("/proc/self/fd")), len(asyncio.all_tasks()),
+                                          series, lines)
+                            print(f"{n:>8} probes {time.monotonic() - t0:6.0f}s: RSS {rows[mark][0]:6.1f} MiB, "
+                                  f"{rows[mark][1]} fds, {rows[mark][2]} tasks, {series} series, "
+                                  f"{lines} log lines", flush=True)
                     if n >= total:
                         d.stop.set()
                         return
@@ -55,16 +83,24 @@ async def main(total: int) -> None:
             await d.main()
             await watcher
     finally:
-        server.terminate()
-    full = min(10_000, total)
-    print(f"RSS after {total} probes / after {full} (windows full): {marks[total] / marks[full]:.2f}x; "
-          f"/ after 1000 (windows still filling): {marks[total] / marks[min(1_000, total)]:.2f}x")
+        sim.stop(5.0)
+        log.unlink(missing_ok=True)
+        os.rmdir(tmp)
+    base, end = rows[min(WARMUP_MARK, total)], rows[total]
+    growth = end[0] - base[0]
+    print(f"after warm-up ({min(WARMUP_MARK, total)} -> {total} probes): RSS {growth:+.1f} MiB, "
+          f"fds {end[1] - base[1]:+d}, tasks {end[2] - base[2]:+d}, series {end[3] - base[3]:+d}; "
+          f"log lines followed {end[4]}")
+    # tasks include the streams in flight at the moment of the mark: bounded by the concurrency, not growing
+    ok = growth < 10 and end[1] <= base[1] and end[2] <= base[2] + 2 * cfg.concurrency and end[3] <= base[3]
+    print("soak: " + ("flat" if ok else "GROWING"))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=100_000)
     a = p.parse_args()
     import uvloop
 
-    uvloop.run(main(a.requests))
+    sys.exit(uvloop.run(main(a.requests)))

@@ -96,3 +96,27 @@ def test_a_request_the_server_aborted_is_a_stream_error():
                           "server shutting down"}, "completion_tokens": 3, "prompt_tokens": 5}})
     with pytest.raises(StreamError, match="aborted by the server: server shutting down"):
         a.handle(abort, 2)
+
+
+@pytest.mark.parametrize(("meta", "expected"), [
+    ({"spec_verify_ct": 4, "spec_accept_length": 2.5, "spec_correct_drafts_histogram": [1, 1, 2]},
+     (4, 2.5, (1, 1, 2))),
+    ({"spec_verify_ct": 4, "spec_accept_length": -2.5}, (4, None, ())),  # negative: left out, never averaged
+    ({"spec_verify_ct": 4, "spec_correct_drafts_histogram": [5, -1, 0]}, (4, None, ())),  # negative counts
+    ({"spec_verify_ct": 4, "spec_correct_drafts_histogram": [1, 1]}, (4, None, ())),  # not one per round
+    ({"spec_verify_ct": 99}, None),  # more verify rounds than tokens
+    ({"spec_verify_ct": 0}, None),
+])
+def test_server_speculative_fields_are_validated(meta, expected):
+    a = attempt("sglang")
+    a.handle(sg(1), 10)
+    a.handle(sg(10, True, **meta), 20)
+    spec = a.finish(Outcome.OK, 30).spec
+    assert (None if spec is None else (spec.verify_ct, spec.accept_length, spec.histogram)) == expected
+
+
+def test_a_token_claim_beyond_the_bytes_received_is_a_stream_error():
+    a = attempt("sglang")
+    event = orjson.dumps({"text": "x", "meta_info": {"completion_tokens": 20_000_000, "finish_reason": None}})
+    with pytest.raises(StreamError, match="claims 20000000 completion tokens after only"):
+        a.handle(event, 10)

@@ -114,6 +114,19 @@ PROFILES: dict[str, Profile] = {
         temperature_slope=0.15,
         prefill_base_ms=15.0,
     ),
+    # As fast as the simulator goes: for soak tests and client benchmarks, where the server must not be the
+    # bottleneck. Same shape as seed (2 steps win), a hundredth of its costs.
+    "fast": Profile(
+        name="fast",
+        description="seed's shape at 1/100 of its costs: for soak tests and client benchmarks",
+        base_step_ms=0.111,
+        draft_step_ms=0.0095,
+        verify_extra_ms=0.1457,
+        verify_tau=1.85,
+        accept_probs=(0.62, 0.78, 0.05),
+        prefill_base_ms=0.5,
+        prefill_per_token_ms=0.0005,
+    ),
 }
 
 
