@@ -203,3 +203,17 @@ class Pinger:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault matrix (tests/faults/), fault → outcome → recovered, in the summary whether captured or not."""
+    mod = sys.modules.get("test_fault_matrix")
+    rows = getattr(mod, "MATRIX", [])
+    if not rows:
+        return
+    terminalreporter.section("fault matrix")
+    terminalreporter.write_line(f"{'fault':<20} {'outcome':<28} recovered")
+    for fault, outcome, recovered in rows:
+        terminalreporter.write_line(f"{fault:<20} {outcome:<28} {recovered}")
+    for line in getattr(mod, "HEALTH", []):
+        terminalreporter.write_line(line)

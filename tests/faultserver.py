@@ -21,6 +21,14 @@ def chunk(ct: int, final: bool = False) -> bytes:
     return b"data: " + orjson.dumps({"text": "w " * ct, "meta_info": meta}) + b"\n\n"
 
 
+async def serve(app: web.Application, port: int) -> None:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
 async def main(port: int) -> None:
     n = 0
 
@@ -55,11 +63,7 @@ async def main(port: int) -> None:
     app = web.Application()
     app.router.add_get("/get_server_info", info)
     app.router.add_post("/generate", generate)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    print("ready", flush=True)
-    await asyncio.Event().wait()
+    await serve(app, port)
 
 
 async def hostile(port: int) -> None:
@@ -87,11 +91,7 @@ async def hostile(port: int) -> None:
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", moved)
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    print("ready", flush=True)
-    await asyncio.Event().wait()
+    await serve(app, port)
 
 
 if __name__ == "__main__":

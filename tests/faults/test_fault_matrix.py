@@ -16,6 +16,7 @@ from conftest import Pinger, Procs, free_port, http_get, http_json, scrape, spec
 pytestmark = pytest.mark.integration
 MAX_TOKENS = 20
 MATRIX: list[tuple[str, str, str]] = []
+HEALTH: list[str] = []
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +36,8 @@ def rig(tmp_path_factory):
     yield procs, sim, d, pinger
     pinger.stop()
     procs.stop_all()
-    print("\n\nfault matrix (fault -> outcome -> recovered)")
-    for row in MATRIX:
-        print(f"  {row[0]:<16} -> {row[1]:<14} -> {row[2]}")
-    print(f"  /healthz worst {pinger.worst_healthz_s * 1000:.1f} ms over {pinger.count} pings, "
-          f"{len(pinger.failures)} failed")
+    HEALTH.append(f"server faults: /healthz worst {pinger.worst_healthz_s * 1000:.1f} ms over {pinger.count} "
+                  f"pings (+ as many /metrics scrapes), {len(pinger.failures)} failed")
 
 
 def outcomes(m: dict[str, float]) -> dict[str, float]:
@@ -47,10 +45,14 @@ def outcomes(m: dict[str, float]) -> dict[str, float]:
     return {k[len(prefix):].split('"')[0]: v for k, v in m.items() if k.startswith(prefix) and 'target="spec"' in k}
 
 
-def assert_truthful(m: dict[str, float]) -> None:
+def assert_truthful(m: dict[str, float], sim=None) -> None:
     """Every successful probe produced exactly MAX_TOKENS tokens (ignore_eos), at most 4 per chunk (3 draft
-    steps): no absurd claim or half-read event reached a counter or a histogram."""
+    steps), and the simulator finished at least as many requests as the daemon counts as ok: no absurd claim
+    or half-read event reached a counter or a histogram."""
     ok = outcomes(m)["ok"]
+    if sim is not None:
+        finished = [r for r in http_json(sim.control + "/truth")["requests"] if r["outcome"] == "finished"]
+        assert ok <= len(finished) and all(r["completion_tokens"] == MAX_TOKENS for r in finished)
     assert m['specwatch_probe_output_tokens_total{target="spec"}'] == ok * MAX_TOKENS
     assert m['specwatch_probe_tokens_per_chunk_bucket{le="4.0",target="spec"}'] == \
         m['specwatch_probe_tokens_per_chunk_bucket{le="+Inf",target="spec"}']
@@ -79,7 +81,8 @@ def test_server_fault(rig, fault, outcome):
     wait_until(lambda: outcomes(scrape(d.url))["ok"] > after["ok"], timeout_s=30, what=f"recovery after {fault}")
     final = outcomes(scrape(d.url))
     assert {k: final[k] - before[k] for k in final if k != "ok" and final[k] != before[k]} == {outcome: 1}
-    assert_truthful(scrape(d.url))
+    assert_truthful(scrape(d.url), sim)
+    assert http_get(d.url + "/readyz")[0] == 200  # one failed probe among good ones: still ready
     assert d.popen.poll() is None and not pinger.failures
     assert pinger.worst_healthz_s < 0.1, f"/healthz took {pinger.worst_healthz_s * 1000:.0f} ms"
     MATRIX.append((fault, outcome, "yes"))
@@ -182,6 +185,7 @@ def test_log_fault(log_rig, fault):
                    m0['specwatch_log_lines_skipped_total{reason="too_long"}'] + 1, what="10 MB line skipped")
     write_good(d, log)
     m = scrape(d.url)
+    HEALTH[1:] = [f"log faults: /healthz worst {pinger.worst_healthz_s * 1000:.1f} ms over {pinger.count} pings"]
     assert m["specwatch_log_source_up"] == 1 and m['specwatch_log_lines_total{result="malformed"}'] == 0
     assert d.popen.poll() is None and not pinger.failures and pinger.worst_healthz_s < 0.1
     MATRIX.append((f"log {fault}", "counted" if fault in ("binary", "long_line") else "reopened", "yes"))

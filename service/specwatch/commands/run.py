@@ -35,6 +35,7 @@ from ..probe.client import Access, Timeouts, make_session
 from ..probe.detect import wait_for_target
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams
+from ..ratelog import RateLimited
 from ..recorder.observations import observe
 from ..recorder.samples import SampleWindows
 from ..recorder.stats import Stats
@@ -72,17 +73,16 @@ class Daemon:
         self.source, self.source_name = make_source(cfg, self.ingest)
         self.exporter.sources.ingest = self.ingest
         self.exporter.sources.state = self.source.state if self.source else None
-        self.exporter.sources.out_of_range = self._out_of_range
+        self.exporter.sources.out_of_range = self.recorder.out_of_range
         self._hlog_file = open(cfg.hlog, "a", encoding="utf-8") if cfg.hlog else None  # noqa: SIM115
         self.hlog = HlogWriter(self._hlog_file) if self._hlog_file else None
-        self._hlog_warned = -60.0
         self.stop = asyncio.Event()
         self.started = time.monotonic()
         self.api: dict[str, str] = {}
         self.up: dict[str, bool] = dict.fromkeys(self.targets, False)
         self.last_ok: dict[str, float] = {}
         self.summary: Summary | None = None
-        self._failures: dict[tuple[str, str], tuple[float, int]] = {}  # last report time, failures not shown
+        self.warn = RateLimited(log)
         self.exporter.baseline.set(cfg.baseline_tps if cfg.baseline_tps else float("nan"))
 
     # ---- sinks (synchronous, per event) ------------------------------------------------------
@@ -94,20 +94,8 @@ class Daemon:
         if rec.ok:
             self.last_ok[rec.target] = time.monotonic()
         elif not rec.warmup:
-            self._say_failure(rec)
-
-    def _say_failure(self, rec: RequestRecord) -> None:
-        """A failed probe's reason goes to the log (never to a label), at most once a minute per target and
-        outcome, with the count of those not shown."""
-        key = (rec.target, rec.outcome.value)
-        now = time.monotonic()
-        last, quiet = self._failures.get(key, (-60.0, 0))
-        if now - last < 60:
-            self._failures[key] = (last, quiet + 1)
-            return
-        more = f" ({quiet} more since the last report)" if quiet else ""
-        log.warning("probe to %s failed: %s: %.200s%s", rec.target, rec.outcome.value, rec.error, more)
-        self._failures[key] = (now, 0)
+            self.warn.warning((rec.target, rec.outcome.value), "probe to %s failed: %s: %.200s", rec.target,
+                              rec.outcome.value, rec.error)
 
     def set_up(self, target: str, up: bool) -> None:
         self.up[target] = up
@@ -116,13 +104,6 @@ class Daemon:
     def on_sample(self, s: ServerSample, channel: str) -> None:
         self.samples.record(s, time.monotonic())
         self.exporter.observe_sample(s, channel)
-
-    def _out_of_range(self) -> dict[str, int]:
-        oor: dict[str, int] = {}
-        for stats in self.recorder.cumulative.values():
-            for name, n in stats.out_of_range.items():
-                oor[name] = oor.get(name, 0) + n
-        return oor
 
     def ready(self) -> bool:
         fresh = max(60.0, 5 * self.cfg.interval_s)
@@ -176,9 +157,7 @@ class Daemon:
                 self.hlog.write(interval)
             except OSError as exc:  # a full disk must not take the sidecar down: count it, say it once a minute
                 self.exporter.hlog_errors.inc()
-                if time.monotonic() - self._hlog_warned >= 60:
-                    log.warning("cannot write the interval log %s: %s", self.cfg.hlog, exc.strerror)
-                    self._hlog_warned = time.monotonic()
+                self.warn.warning("hlog", "cannot write the interval log %s: %s", self.cfg.hlog, exc.strerror)
         self.samples.tick(time.monotonic())
         parts = {window_label(w): per for w, per in self.recorder.windows.items()}
         parts["cumulative"] = self.recorder.cumulative
@@ -190,16 +169,9 @@ class Daemon:
         srv = self.samples.windows.get(self.cfg.verdict_window_s)
         v = self.judge.update(verdict_inputs(vw["spec"], vw.get("baseline"), self.cfg.baseline_tps,
                                              srv.accept_length if srv else None))
-        self._export_verdict(v)
+        self.exporter.set_verdict(v)
         self.summary = self._summary(views, v)
         self.exporter.tick_seconds.set(time.perf_counter() - t0)
-
-    def _export_verdict(self, v: Verdict) -> None:
-        e = self.exporter
-        for gauge, value in ((e.baseline, v.baseline_tps), (e.speedup, v.speedup), (e.speedup_se, v.relative_stderr),
-                             (e.cycle, v.cycle_s), (e.breakeven, v.breakeven_accept_length),
-                             (e.below, None if v.below_baseline is None else float(v.below_baseline))):
-            gauge.set(float("nan") if value is None else value)
 
     def _summary(self, views: dict[str, dict[str, ProbeWindow]], v: Verdict) -> Summary:
         host, port = self.cfg.listen_host_port

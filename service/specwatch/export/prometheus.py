@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from .. import __version__
+from ..analysis.verdict import Verdict
 from ..recorder.observations import Observations
 from ..recorder.stats import HDR_METRICS
 from ..records import (
@@ -194,6 +195,13 @@ class Exporter:
             self._positions(self.probe_pos, (tg, label), w.position_acceptance)
             for metric in LATENCY_METRICS:
                 self.quant.values[(tg, label, metric)] = w.latency_s[metric]
+
+    def set_verdict(self, v: Verdict) -> None:
+        for gauge, value in ((self.baseline, v.baseline_tps), (self.speedup, v.speedup),
+                             (self.speedup_se, v.relative_stderr), (self.cycle, v.cycle_s),
+                             (self.breakeven, v.breakeven_accept_length),
+                             (self.below, None if v.below_baseline is None else float(v.below_baseline))):
+            _set(gauge, value)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

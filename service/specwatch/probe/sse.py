@@ -23,15 +23,26 @@ class SSEParser:
     """``MAX_PENDING_BYTES`` caps a line without its newline *and* one event's ``data:`` lines together, so
     neither a line that never ends nor an event spread over countless lines can grow memory unbounded."""
 
-    __slots__ = ("_buf", "_data", "_data_bytes", "_event")
+    __slots__ = ("_buf", "_data", "_data_bytes", "_event", "_long", "_long_bytes")
 
     def __init__(self) -> None:
         self._buf = b""
+        self._long: list[bytes] = []  # pieces of a line that spans reads, joined once its end arrives
+        self._long_bytes = 0
         self._data: list[bytes] = []
         self._data_bytes = 0
         self._event = ""
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if b"\n" not in chunk and b"\r" not in chunk:  # the middle of a long line: keep it, copy nothing
+            self._long.append(chunk)
+            self._long_bytes += len(chunk)
+            if len(self._buf) + self._long_bytes > MAX_PENDING_BYTES:
+                raise SSEError(f"an SSE line exceeded {MAX_PENDING_BYTES} bytes without a newline")
+            return []
+        if self._long:
+            self._buf = b"".join([self._buf, *self._long])
+            self._long, self._long_bytes = [], 0
         buf = self._buf + chunk if self._buf else chunk
         hold = b""
         if buf.endswith(b"\r"):  # may be the first half of a CRLF split across reads
@@ -50,6 +61,9 @@ class SSEParser:
     def close(self) -> list[SSEEvent]:
         """End of stream: dispatch a last event that lacked its terminating blank line."""
         events: list[SSEEvent] = []
+        if self._long:
+            self._buf = b"".join([self._buf, *self._long])
+            self._long, self._long_bytes = [], 0
         if self._buf:
             self._line(self._buf.rstrip(b"\r"), events)
             self._buf = b""

@@ -52,6 +52,14 @@ class Recorder:
         self.interval_start_ns = time.monotonic_ns()
         self.windows: dict[int, Part] = {}
 
+    def out_of_range(self) -> dict[str, int]:
+        """Values outside the HDR range so far, by metric, over every target."""
+        oor: dict[str, int] = {}
+        for stats in self.cumulative.values():
+            for name, n in stats.out_of_range.items():
+                oor[name] = oor.get(name, 0) + n
+        return oor
+
     def record(self, rec: RequestRecord, obs: Observations | None = None) -> None:
         if rec.warmup:
             self.warmup_requests += 1

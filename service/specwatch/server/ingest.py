@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from ..ratelog import RateLimited
 from ..records import LOG_RESULTS, ServerSample
 from .logparse import parse_line
 
@@ -22,9 +23,7 @@ class LogIngest:
         self.on_sample = on_sample
         self.counts: collections.Counter[str] = collections.Counter(dict.fromkeys(LOG_RESULTS, 0))
         self.last_sample_wall = 0.0  # Unix time of the last parsed sample; 0 before the first
-        self.log_every_s = log_every_s
-        self._last_logged = 0.0
-        self._suppressed = 0
+        self.warn = RateLimited(log, log_every_s)
 
     def __call__(self, line: str) -> None:
         v = parse_line(line)
@@ -33,11 +32,4 @@ class LogIngest:
             self.last_sample_wall = time.time()
             self.on_sample(v.sample)
         elif v.result == "malformed":
-            now = time.monotonic()
-            if now - self._last_logged >= self.log_every_s:
-                extra = f" ({self._suppressed} more since the last report)" if self._suppressed else ""
-                log.warning("malformed server log line: %s: %.200s%s", v.reason, line, extra)
-                self._last_logged = now
-                self._suppressed = 0
-            else:
-                self._suppressed += 1
+            self.warn.warning("malformed", "malformed server log line: %s: %.200s", v.reason, line)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..ratelog import RateLimited
 from ..records import ServerSample
 
 log = logging.getLogger("specwatch")
@@ -116,7 +116,7 @@ async def scrape_forever(session: aiohttp.ClientSession, url: str, interval_s: f
                          on_sample: Callable[[ServerSample], None], on_up: Callable[[bool], None]) -> None:
     """Scrape ``url`` every ``interval_s``; each attempt reports up or down, a failure is logged at most once
     per ``WARN_EVERY_S`` (never raised: a failing server is data)."""
-    warned = -WARN_EVERY_S
+    warn = RateLimited(log, WARN_EVERY_S)
     while True:
         error = ""
         try:
@@ -131,7 +131,6 @@ async def scrape_forever(session: aiohttp.ClientSession, url: str, interval_s: f
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             error = str(exc) or type(exc).__name__
         on_up(not error)
-        if error and time.monotonic() - warned >= WARN_EVERY_S:
-            log.warning("scraping the server's %s failed: %s", url, error)
-            warned = time.monotonic()
+        if error:
+            warn.warning("scrape", "scraping the server's %s failed: %s", url, error)
         await asyncio.sleep(interval_s)
