@@ -46,7 +46,8 @@ def main(argv: list[str]) -> int:
             server_url=spec_url, baseline_url=base_url, log_file=str(log_file), listen=a.listen, interval_s=2.0,
             verdict_window_s=30, pause_s=0.5, max_tokens=200, view=a.view))
         print(f"specwatch demo: EAGLE-3 ({a.steps} steps) at {spec_url}, plain decoding at {base_url}")
-        print(f"  metrics:  http://{a.listen}/metrics   summary: http://{a.listen}/api/summary")
+        print(f"  page:     http://{a.listen}/   metrics: http://{a.listen}/metrics   "
+              f"summary: http://{a.listen}/api/summary")
         print(f"  simulate an acceptance collapse: curl -X POST 127.0.0.1:{a.port + 2}/control "
               "-d '{\"accept_scale\": 0.3}'")
         sys.stdout.flush()

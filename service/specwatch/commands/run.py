@@ -27,6 +27,8 @@ from ..analysis.verdict import Judge, Verdict, verdict_inputs
 from ..errors import ConfigError
 from ..export.hlog import HlogWriter
 from ..export.http import Endpoints
+from ..export.page import History
+from ..export.page import render as render_page
 from ..export.prometheus import Exporter, window_label
 from ..export.summary import Summary, TargetState, log_state, server_state
 from ..export.view import View
@@ -82,6 +84,7 @@ class Daemon:
         self.up: dict[str, bool] = dict.fromkeys(self.targets, False)
         self.last_ok: dict[str, float] = {}
         self.summary: Summary | None = None
+        self.history = History()
         self.warn = RateLimited(log)
         self.exporter.baseline.set(cfg.baseline_tps if cfg.baseline_tps else float("nan"))
 
@@ -171,6 +174,7 @@ class Daemon:
                                              srv.accept_length if srv else None))
         self.exporter.set_verdict(v)
         self.summary = self._summary(views, v)
+        self.history.add(self.summary)
         self.exporter.tick_seconds.set(time.perf_counter() - t0)
 
     def _summary(self, views: dict[str, dict[str, ProbeWindow]], v: Verdict) -> Summary:
@@ -201,7 +205,10 @@ class Daemon:
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal went away
             loop.add_signal_handler(sig, on_signal)
-        endpoints = Endpoints(self.exporter.render, lambda: self.summary, self.ready, self.cfg.api_token)
+        def page() -> str | None:
+            return None if self.summary is None else render_page(self.summary, self.history, self.cfg.interval_s)
+
+        endpoints = Endpoints(self.exporter.render, lambda: self.summary, self.ready, page, self.cfg.api_token)
         runner = web.AppRunner(endpoints.app(), access_log=None)
         await runner.setup()
         host, port = self.cfg.listen_host_port

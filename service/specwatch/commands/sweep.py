@@ -170,21 +170,22 @@ def plan(a: dict[str, Any]) -> list[Step]:
     return steps
 
 
-def explain(results: list[dict[str, Any]]) -> None:
+def explain(results: list[dict[str, Any]]) -> str:
+    """Print the table, the winner with its margin's 95% interval, and the advisor; returns the advice."""
     text, winner, _base_tps = sweep_report.table(results)
     print("\n" + text)
     if winner is not None:
-        others = [r for r in results if r["status"] == "ok" and r is not winner]
-        runner = max(others, key=lambda r: r["results"]["overall_tokens_per_second"], default=None)
+        runner, m = sweep_report.winner_margin(results, winner)
         w_tps = winner["results"]["overall_tokens_per_second"]
-        margin = (f", {100 * (w_tps / runner['results']['overall_tokens_per_second'] - 1):.1f}% ahead of "
-                  f"{runner['label']}" if runner else "")
-        print(f"\nwinner: {winner['label']} at {w_tps:.1f} tok/s{margin}")
+        ahead = f", per-request tok/s {m.text()} against {runner['label']}" if m is not None and runner else ""
+        print(f"\nwinner: {winner['label']} at {w_tps:.1f} tok/s{ahead}")
     ms = advisor.from_results(results)
-    if len(ms) >= 3:
-        base_decode = next((m.decode_tokens_per_second for m in ms if m.steps == 0), None)
-        print("\n" + advisor.report(ms, cost_model.fit(ms), base_decode,
-                                    range(1, max(12, *(m.steps for m in ms)) + 1)))
+    if len(ms) < 3:
+        return ""
+    base_decode = next((m.decode_tokens_per_second for m in ms if m.steps == 0), None)
+    advice = advisor.report(ms, cost_model.fit(ms), base_decode, range(1, max(12, *(m.steps for m in ms)) + 1))
+    print("\n" + advice)
+    return advice
 
 
 def main(argv: list[str]) -> int:
@@ -223,12 +224,13 @@ def main(argv: list[str]) -> int:
         interrupted = True
         print("\ninterrupted: the current server was stopped; finished configurations are kept", flush=True)
     _text, winner, base_tps = sweep_report.table(results)
-    explain(results)
+    advice = explain(results)
     save_json(out / "sweep.json", {"configurations": results, "winner": winner["label"] if winner else None,
                                     "baseline_tokens_per_second": base_tps})
     sweep_report.write_csv(out / "sweep.csv", results)
     print(sweep_report.plot(out / "sweep.png", results, base_tps))
-    print(f"\nresults: {out / 'sweep.json'}, {out / 'sweep.csv'}")
+    (out / "report.html").write_text(sweep_report.html(results, winner, base_tps, advice), encoding="utf-8")
+    print(f"\nresults: {out / 'sweep.json'}, {out / 'sweep.csv'}, {out / 'report.html'}")
     if interrupted:
         return 130
     return 0 if winner is not None else 1

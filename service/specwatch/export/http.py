@@ -1,7 +1,9 @@
-"""The daemon's HTTP endpoints: ``/metrics``, ``/healthz``, ``/readyz``, ``/api/summary``. Exporter stage.
+"""The daemon's HTTP endpoints: ``/`` (its page), ``/metrics``, ``/healthz``, ``/readyz``, ``/api/summary``.
+Exporter stage.
 
 Handlers read what the tick left (the instruments' values, the last ``Summary``): beyond rendering the
-registry nothing is computed per request, so a scrape storm cannot stall the probes.
+registry (or the page, for whoever opens it) nothing is computed per request, so a scrape storm cannot stall
+the probes.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ class Endpoints:
     render_metrics: Callable[[], bytes]
     summary: Callable[[], Summary | None]
     ready: Callable[[], bool]
-    api_token: str | None = None  # when set, /api/* answers 401 without "Authorization: Bearer <token>"
+    page: Callable[[], str | None] | None = None  # GET /: the daemon's own page
+    api_token: str | None = None  # when set, / and /api/* answer 401 without "Authorization: Bearer <token>"
 
     def __repr__(self) -> str:
         return f"Endpoints(api_token={'<set>' if self.api_token else None})"
@@ -35,11 +38,12 @@ class Endpoints:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/api/summary", self.api_summary)
+        app.router.add_get("/", self.index)
         return app
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.api_token and request.path.startswith("/api/"):
+        if self.api_token and (request.path.startswith("/api/") or request.path == "/"):
             given = request.headers.get("Authorization", "").removeprefix("Bearer ")
             if not hmac.compare_digest(given.encode(), self.api_token.encode()):
                 return web.Response(status=401, text="unauthorized\n", headers={"WWW-Authenticate": "Bearer"})
@@ -54,6 +58,12 @@ class Endpoints:
     async def readyz(self, _: web.Request) -> web.Response:
         ok = self.ready()
         return web.Response(status=200 if ok else 503, text="ready\n" if ok else "not ready\n")
+
+    async def index(self, _: web.Request) -> web.Response:
+        html = self.page() if self.page is not None else None
+        if html is None:
+            return web.Response(text="specwatch: starting\n", headers={"Refresh": "1"})
+        return web.Response(text=html, content_type="text/html")
 
     async def api_summary(self, _: web.Request) -> web.Response:
         s = self.summary()

@@ -4,13 +4,19 @@ files it writes."""
 from __future__ import annotations
 
 import csv
+from html import escape
 from pathlib import Path
 from typing import Any
+
+from ..analysis.compare import Margin, margin
+from .svg import Series, line_chart
 
 
 def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, Any] | None, float | None]:
     ok = [r for r in results if r["status"] == "ok"]
-    base = next((r for r in ok if r["label"] == "baseline"), None)
+    # the launched baseline, or (with --targets) the target that does not speculate
+    base = next((r for r in ok if r["label"] == "baseline"), None) or next((r for r in ok if r.get("steps") == 0),
+                                                                          None)
     base_tps = base["results"]["overall_tokens_per_second"] if base else None
     lines = [f"{'configuration':<24}{'tok/s':>8}{'decode':>8}{'accept':>8}{'log acc':>9}{'cycle ms':>10}"
              f"{'vs baseline':>13}"]
@@ -72,3 +78,65 @@ def plot(path: Path, results: list[dict[str, Any]], base_tps: float | None) -> s
     fig.savefig(path)
     plt.close(fig)
     return f"plot: {path}"
+
+
+def per_request_tps(r: dict[str, Any]) -> list[float]:
+    """The seed's per-request tok/s (output tokens / request time) of a finished configuration's runs."""
+    return [x["output_tokens"] / x["service_s"] for x in r.get("runs", [])
+            if x.get("outcome") == "ok" and x.get("service_s")]
+
+
+def winner_margin(results: list[dict[str, Any]], winner: dict[str, Any] | None
+                  ) -> tuple[dict[str, Any] | None, Margin | None]:
+    """The runner-up and the winner's margin over it, with its 95% interval."""
+    if winner is None:
+        return None, None
+    others = [r for r in results if r["status"] == "ok" and r is not winner]
+    runner = max(others, key=lambda r: r["results"]["overall_tokens_per_second"], default=None)
+    return runner, (margin(per_request_tps(winner), per_request_tps(runner)) if runner else None)
+
+
+CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
+table{border-collapse:collapse}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
+th:first-child,td:first-child{text-align:left}.win{background:#e3f6e3}.fail{color:#b00}
+svg text{font-size:11px;fill:#444}svg .label{font-size:12px}svg .grid{stroke:#ddd}figcaption{font-weight:600}
+.legend{font-size:12px}
+pre{background:#f6f6f6;padding:12px;overflow:auto}"""
+
+
+def html(results: list[dict[str, Any]], winner: dict[str, Any] | None, base_tps: float | None,
+         advice: str = "") -> str:
+    """``report.html``: the table, the winner with its confidence, the plot and the advisor, self-contained."""
+    rows = []
+    for r in results:
+        if r["status"] != "ok":
+            rows.append(f'<tr class="fail"><td>{escape(r["label"])}</td><td colspan="5">FAILED: '
+                        f'{escape(r.get("error", "").splitlines()[0] if r.get("error") else "")}</td></tr>')
+            continue
+        res = r["results"]
+        vs = f"{100 * (res['overall_tokens_per_second'] / base_tps - 1):+.1f}%" if base_tps else "-"
+        al = res.get("accept_length_client")
+        rows.append(f'<tr class="{"win" if r is winner else ""}"><td>{escape(r["label"])}</td>'
+                    f'<td>{res["overall_tokens_per_second"]:.1f}</td><td>{res["decode_tokens_per_second"]:.1f}</td>'
+                    f'<td>{"-" if al is None else f"{al:.2f}"}</td><td>{res["ok"]}</td><td>{vs}</td></tr>')
+    runner, m = winner_margin(results, winner)
+    if winner is None:
+        verdict = "no configuration finished"
+    else:
+        verdict = (f"winner: <b>{escape(winner['label'])}</b> at "
+                   f"{winner['results']['overall_tokens_per_second']:.1f} tok/s"
+                   + (f", per-request tok/s {escape(m.text())} against {escape(runner['label'])}" if m and runner
+                      else ""))
+    pts = sorted((r["steps"], r["results"]["overall_tokens_per_second"]) for r in results
+                 if r["status"] == "ok" and r.get("steps"))
+    series = [Series("tok/s", [(float(s), t) for s, t in pts])]
+    if base_tps and pts:
+        series.append(Series(f"baseline {base_tps:.1f}", [(float(pts[0][0]), base_tps), (float(pts[-1][0]),
+                                                                                         base_tps)], dashed=True))
+    plot = line_chart("tok/s by draft steps", series, "draft steps", "tok/s",
+                      x_text=[(float(s), str(s)) for s, _ in pts])
+    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>specwatch sweep</title>
+<style>{CSS}</style></head><body><h1>specwatch sweep</h1><p id="winner">{verdict}</p>
+<table><tr><th>configuration</th><th>tok/s</th><th>decode tok/s</th><th>accept length</th><th>requests</th>
+<th>vs baseline</th></tr>{"".join(rows)}</table>{plot}
+{f"<h2>Advisor</h2><pre>{escape(advice)}</pre>" if advice else ""}</body></html>"""

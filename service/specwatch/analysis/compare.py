@@ -1,0 +1,40 @@
+"""How sure a winner is: the margin between two configurations with its 95% interval from the per-request
+spread. Analysis stage; pure. A margin whose interval includes zero is a tie."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .verdict import t_critical
+
+
+@dataclass(frozen=True, slots=True)
+class Margin:
+    ratio: float  # mean(a) / mean(b) - 1
+    low: float | None  # 95% interval of the ratio; None with fewer than two requests on a side
+    high: float | None
+
+    @property
+    def tie(self) -> bool:
+        return self.low is not None and self.high is not None and self.low <= 0.0 <= self.high
+
+    def text(self) -> str:
+        ci = "" if self.low is None or self.high is None else \
+            f" (95% interval {100 * self.low:+.1f}% to {100 * self.high:+.1f}%)"
+        return f"{100 * self.ratio:+.1f}%{ci}" + (": a tie, within the noise" if self.tie else "")
+
+
+def margin(a: Sequence[float], b: Sequence[float]) -> Margin | None:
+    """``a`` against ``b`` (per-request tok/s): Welch's difference of means over ``mean(b)``."""
+    if not a or not b or statistics.fmean(b) <= 0:
+        return None
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    ratio = ma / mb - 1
+    if len(a) < 2 or len(b) < 2:
+        return Margin(ratio, None, None)
+    se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+    half = t_critical(min(len(a), len(b))) * se / mb
+    return Margin(ratio, ratio - half, ratio + half)

@@ -1,0 +1,96 @@
+"""What a person sees, in a real browser: headless Chromium (Debian's ``chromium``) loads the daemon's page
+while it watches the simulator, and a sweep's report.html from disk; the test reads the rendered DOM (the
+verdict in words, charts drawn with data points), checks the console for errors, and saves screenshots to
+``artifacts/`` (``SPECWATCH_ARTIFACTS`` to move it) for CI to keep."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, Procs, free_port, http_get, scrape, specwatch_cmd, wait_until
+
+pytestmark = pytest.mark.integration
+ARTIFACTS = Path(os.environ.get("SPECWATCH_ARTIFACTS", ROOT / "artifacts"))
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.fail("chromium not found: install Debian's chromium package (bash .ci/run does)")
+    return path
+
+
+def browse(chromium: str, tmp: Path, url: str, shot: Path) -> tuple[str, str]:
+    """The rendered DOM and the browser's log for ``url``; a screenshot of it in ``shot``."""
+    base = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--hide-scrollbars", "--no-first-run", f"--user-data-dir={tmp / 'chrome'}", "--enable-logging=stderr",
+            "--v=0"]
+    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    pic = subprocess.run([*base, f"--screenshot={shot}", "--window-size=1280,1500", url], capture_output=True,
+                         text=True, timeout=120)
+    assert pic.returncode == 0 and shot.stat().st_size > 20_000, pic.stderr[-2000:]
+    return dom.stdout, dom.stderr + pic.stderr
+
+
+def console_errors(log: str) -> list[str]:
+    return [ln for ln in log.splitlines() if "CONSOLE" in ln and ("Uncaught" in ln or "Error" in ln)]
+
+
+def points(dom: str, caption: str) -> int:
+    """Data points drawn in the chart captioned ``caption``."""
+    m = re.search(re.escape(caption) + r"</figcaption>(.*?)</figure>", dom, re.S)
+    return 0 if m is None else m.group(1).count('class="pt"')
+
+
+@pytest.mark.parametrize(("steps", "words"), [(2, "paying off"), (10, "SLOWER than baseline")])
+def test_the_daemons_page_shows_the_verdict_and_its_charts(procs: Procs, tmp_path, chromium, steps, words):
+    spec = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
+                     "--speculative-eagle-topk", "1", "--decode-log-interval", "10", "--quiet", "--log-file",
+                     str(tmp_path / "spec.log"), name=f"spec{steps}")
+    base = procs.sim("--profile", "seed", "--quiet", name="plain")
+    port = free_port()
+    d = procs.start(specwatch_cmd("run", "--listen", f"127.0.0.1:{port}", "--server-url", spec.url, "--baseline-url",
+                                  base.url, "--log-file", str(tmp_path / "spec.log"), "--interval-s", "0.5",
+                                  "--verdict-window-s", "300", "--max-tokens", "100", "--pause-s", "0",
+                                  "--min-requests", "4"), f"daemon{steps}")
+    d.url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: scrape(d.url).get("specwatch_speculation_below_baseline") in (0.0, 1.0) and
+               scrape(d.url)['specwatch_probe_requests_total{outcome="ok",target="spec"}'] >= 8, timeout_s=120,
+               what="a verdict after 8 probes")
+    shot = ARTIFACTS / f"page-{steps}-steps.png"
+    dom, log = browse(chromium, tmp_path, d.url + "/", shot)
+    verdict = re.search(r'<div class="verdict[^"]*" id="verdict">(.*?)</div>', dom, re.S)
+    assert verdict is not None and words in verdict.group(1)
+    assert points(dom, "Decode tok/s per stream vs the baseline") >= 3
+    assert points(dom, "Accept length vs break-even") >= 3
+    assert points(dom, "Per-position draft acceptance") >= steps  # one bar per draft position
+    assert "updated" in dom and "ttft" in dom and not console_errors(log)
+    assert http_get(d.url + "/")[0] == 200
+
+
+def test_a_sweep_report_opens_from_disk(procs: Procs, tmp_path, chromium):
+    spec = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
+                     "--speculative-eagle-topk", "1", "--quiet", name="s2")
+    spec5 = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
+                      "--speculative-eagle-topk", "1", "--quiet", name="s5")
+    base = procs.sim("--profile", "seed", "--quiet", name="b")
+    out = tmp_path / "sweep"
+    p = subprocess.run(specwatch_cmd("sweep", "--targets", f"{base.url},{spec.url},{spec5.url}", "--max-tokens", "80",
+                                     "--num-runs", "4", "--warmup", "0", "--out", str(out)), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    report = out / "report.html"
+    dom, log = browse(chromium, tmp_path, report.as_uri(), ARTIFACTS / "sweep-report.png")
+    winner = re.search(r'<p id="winner">(.*?)</p>', dom, re.S)
+    assert winner is not None and "winner:" in winner.group(1) and "95% interval" in winner.group(1)
+    assert points(dom, "tok/s by draft steps") == 2  # the two speculative configurations; the baseline is a line
+    assert dom.count("<tr") == 4 and not console_errors(log)
