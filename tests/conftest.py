@@ -215,5 +215,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(f"{'fault':<20} {'outcome':<28} recovered")
     for fault, outcome, recovered in rows:
         terminalreporter.write_line(f"{fault:<20} {outcome:<28} {recovered}")
-    for line in getattr(mod, "HEALTH", []):
+    for line in getattr(mod, "HEALTH", {}).values():
         terminalreporter.write_line(line)

@@ -16,7 +16,7 @@ from conftest import Pinger, Procs, free_port, http_get, http_json, scrape, spec
 pytestmark = pytest.mark.integration
 MAX_TOKENS = 20
 MATRIX: list[tuple[str, str, str]] = []
-HEALTH: list[str] = []
+HEALTH: dict[str, str] = {}  # rig -> its worst /healthz, for the summary
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def rig(tmp_path_factory):
     yield procs, sim, d, pinger
     pinger.stop()
     procs.stop_all()
-    HEALTH.append(f"server faults: /healthz worst {pinger.worst_healthz_s * 1000:.1f} ms over {pinger.count} "
-                  f"pings (+ as many /metrics scrapes), {len(pinger.failures)} failed")
+    HEALTH["server"] = (f"server faults: /healthz worst {pinger.worst_healthz_s * 1000:.1f} ms over {pinger.count} "
+                        f"pings (+ as many /metrics scrapes), {len(pinger.failures)} failed")
 
 
 def outcomes(m: dict[str, float]) -> dict[str, float]:
@@ -185,7 +185,7 @@ def test_log_fault(log_rig, fault):
                    m0['specwatch_log_lines_skipped_total{reason="too_long"}'] + 1, what="10 MB line skipped")
     write_good(d, log)
     m = scrape(d.url)
-    HEALTH[1:] = [f"log faults: /healthz worst {pinger.worst_healthz_s * 1000:.1f} ms over {pinger.count} pings"]
+    HEALTH["log"] = f"log faults: /healthz worst {pinger.worst_healthz_s * 1000:.1f} ms over {pinger.count} pings"
     assert m["specwatch_log_source_up"] == 1 and m['specwatch_log_lines_total{result="malformed"}'] == 0
     assert d.popen.poll() is None and not pinger.failures and pinger.worst_healthz_s < 0.1
     MATRIX.append((f"log {fault}", "counted" if fault in ("binary", "long_line") else "reopened", "yes"))

@@ -55,11 +55,11 @@ def points(dom: str, caption: str) -> int:
 def test_the_daemons_page_shows_the_verdict_and_its_charts(procs: Procs, tmp_path, chromium, steps, words):
     spec = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
                      "--speculative-eagle-topk", "1", "--decode-log-interval", "10", "--quiet", "--log-file",
-                     str(tmp_path / "spec.log"), name=f"spec{steps}")
+                     "spec.log", name=f"spec{steps}")  # relative: both run in tmp_path, the page shows no path
     base = procs.sim("--profile", "seed", "--quiet", name="plain")
     port = free_port()
     d = procs.start(specwatch_cmd("run", "--listen", f"127.0.0.1:{port}", "--server-url", spec.url, "--baseline-url",
-                                  base.url, "--log-file", str(tmp_path / "spec.log"), "--interval-s", "0.5",
+                                  base.url, "--log-file", "spec.log", "--interval-s", "0.5",
                                   "--verdict-window-s", "300", "--max-tokens", "100", "--pause-s", "0",
                                   "--min-requests", "4"), f"daemon{steps}")
     d.url = f"http://127.0.0.1:{port}"
