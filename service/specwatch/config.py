@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .options import DEFAULT_LISTEN, ENV_PREFIX, add_flags, read_secret_file, validate
+from .records import TARGETS
 
 __all__ = ["DEFAULT_LISTEN", "Config", "add_run_flags", "check", "load"]
 
@@ -70,7 +71,7 @@ class Config:
 
     @property
     def targets(self) -> tuple[str, ...]:
-        return ("spec", "baseline") if self.baseline_url else ("spec",)
+        return TARGETS if self.baseline_url else TARGETS[:1]
 
 
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Config)}

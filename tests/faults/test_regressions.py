@@ -62,13 +62,20 @@ def test_bench_survives_a_number_for_text_and_a_redirect(hostile, tmp_path):
     assert run["outcome"] == "http_error" and run["status"] == 307 and "127.0.0.1:9" in run["error"]
 
 
-@pytest.mark.parametrize("stdin", ["devnull", "file"])
-def test_log_stdin_that_is_not_a_pipe(procs, tmp_path, stdin):
+@pytest.mark.parametrize("stdin", ["devnull", "file", "pipe"])
+def test_log_stdin_whatever_it_is(procs, tmp_path, stdin):
+    """A pipe is read on the loop; /dev/null and a regular file (which once aborted the process) by a thread."""
+    lines = "[2026-04-01 09:20:30] Decode batch, #running-req: 1, accept len: 2.50, #queue-req: 0\n" * 5
     src = tmp_path / "in.log"
-    src.write_text("[2026-04-01 09:20:30] Decode batch, #running-req: 1, accept len: 2.50, #queue-req: 0\n" * 5)
+    src.write_text(lines)
+    read_end, write_end = os.pipe()
     with open(os.devnull if stdin == "devnull" else src, "rb") as f:
         d = daemon(procs, "--server-url", f"http://127.0.0.1:{free_port()}", "--api", "sglang", "--log-stdin",
-                   "--interval-s", "0.3", stdin=f.fileno())
+                   "--interval-s", "0.3", stdin=read_end if stdin == "pipe" else f.fileno())
+    os.close(read_end)
+    if stdin == "pipe":
+        os.write(write_end, lines.encode())
+    os.close(write_end)
     want = 0 if stdin == "devnull" else 5
     wait_until(lambda: scrape(d.url)['specwatch_log_lines_total{result="parsed"}'] == want and
                json.loads(http_get(d.url + "/api/summary")[1])["log"]["error"] == "stdin closed",

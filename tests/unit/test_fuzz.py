@@ -17,7 +17,7 @@ from specwatch.errors import ConfigError, SpecwatchError, SSEError, StreamError
 from specwatch.probe.prompts import Prompt
 from specwatch.probe.sse import SSEParser
 from specwatch.probe.stream import Attempt, Target
-from specwatch.records import Outcome, ServerSample
+from specwatch.records import SAMPLE_SOURCES, Outcome, ServerSample
 from specwatch.server.logparse import parse_line
 from specwatch.server.scrape import ScrapeState, samples_from_text
 
@@ -113,6 +113,7 @@ def test_log_parser_yields_only_possible_samples(line):
     r = parse_line(line)
     assert r.result in ("parsed", "ignored", "malformed")
     if r.sample is not None:
+        assert r.sample.source in SAMPLE_SOURCES
         sane(r.sample)
         orjson.dumps(r.sample)  # /api/summary can always serialise it
 
