@@ -180,7 +180,8 @@ class Pinger:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.worst_healthz_s = 0.0
+        self.worst_healthz_s = 0.0  # since the last reset
+        self.overall_worst_s = 0.0
         self.failures: list[str] = []
         self.count = 0
         self._stop = threading.Event()
@@ -199,6 +200,12 @@ class Pinger:
                 self.count += 1
             except OSError as exc:
                 self.failures.append(repr(exc))
+
+    def reset(self) -> float:
+        """Start a new measurement (each fault is judged on its own); returns the worst so far."""
+        worst, self.worst_healthz_s = self.worst_healthz_s, 0.0
+        self.overall_worst_s = max(self.overall_worst_s, worst)
+        return worst
 
     def stop(self) -> None:
         self._stop.set()

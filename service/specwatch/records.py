@@ -136,6 +136,7 @@ class RunInfo:
     server_info: dict[str, Any] = field(default_factory=dict)
     lifetime_accept_length: float | None = None  # the server's own running average, asked after the run
     settings: dict[str, Any] = field(default_factory=dict)  # the bench options, as given
+    start_wall_s: float | None = None  # Unix time of the first send: labels a replay's .hlog like the run's
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,8 +159,10 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
         target = Target("spec", spec.server_url, info.api, info.model)
         await Load(session, PromptCycle(plist, [target]), params, plan, printer, asyncio.Event(), spec.timeouts).run()
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
+    first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
     run = RunInfo(server_url=spec.server_url, api=info.api, model=info.model, server_info=info.info,
-                  lifetime_accept_length=lifetime, settings=spec.settings)
+                  lifetime_accept_length=lifetime, settings=spec.settings,
+                  start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9)
     return run, printer.records
 
 
@@ -181,7 +183,7 @@ def write_outputs(a: Analysis, info: RunInfo, records: Sequence[RequestRecord], 
             f.write(orjson.dumps(a.doc, option=orjson.OPT_INDENT_2))
     if hlog_path:
         with open(hlog_path, "w", encoding="utf-8") as f:
-            HlogWriter(f, time.time() - (time.monotonic_ns() - a.interval.start_ns) / 1e9,
+            HlogWriter(f, info.start_wall_s if info.start_wall_s is not None else time.time(),
                        a.interval.start_ns).write(a.interval)
 
 
