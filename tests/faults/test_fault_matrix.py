@@ -87,7 +87,7 @@ def test_server_fault(rig, fault, outcome):
     assert http_get(d.url + "/readyz")[0] == 200  # one failed probe among good ones: still ready
     assert d.popen.poll() is None and not pinger.failures
     assert pinger.worst_healthz_s < 0.1, f"/healthz took {pinger.worst_healthz_s * 1000:.0f} ms"
-    MATRIX.append((fault, outcome, "yes"))
+    MATRIX.append((fault, outcome, f"yes (/healthz worst {pinger.worst_healthz_s * 1000:.0f} ms)"))
 
 
 def test_server_killed_then_restarted(rig):
@@ -108,7 +108,8 @@ def test_server_killed_then_restarted(rig):
     assert set(failed) <= {"stream_error", "connect_error"} and failed.get("stream_error", 0) <= 1
     assert_truthful(scrape(d.url))
     assert d.popen.poll() is None and not pinger.failures and pinger.worst_healthz_s < 0.1
-    MATRIX.append(("kill+restart", "+".join(sorted(failed)), "yes"))
+    MATRIX.append(("kill+restart", "+".join(sorted(failed)),
+                   f"yes (/healthz worst {pinger.worst_healthz_s * 1000:.0f} ms)"))
 
 
 DECODE = "[2026-04-01 09:20:30] Decode batch, #running-req: 1, #token: 345, token usage: 0.00, accept len: {al}, " \
@@ -193,7 +194,8 @@ def test_log_fault(log_rig, fault):
     HEALTH["log"] = f"log faults: /healthz worst {worst * 1000:.1f} ms over {pinger.count} pings"
     assert m["specwatch_log_source_up"] == 1 and m['specwatch_log_lines_total{result="malformed"}'] == 0
     assert d.popen.poll() is None and not pinger.failures and pinger.worst_healthz_s < 0.1
-    MATRIX.append((f"log {fault}", "counted" if fault in ("binary", "long_line") else "reopened", "yes"))
+    MATRIX.append((f"log {fault}", "counted" if fault in ("binary", "long_line") else "reopened",
+                   f"yes (/healthz worst {pinger.worst_healthz_s * 1000:.0f} ms)"))
 
 
 @pytest.mark.parametrize(("cmd", "what"), [("echo " + DECODE.strip().replace(",", "\\,") + "; exit 1", "exits"),

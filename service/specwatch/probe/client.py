@@ -7,6 +7,7 @@ Source stage. Failures become records with an outcome and a one-line reason, nev
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import time
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from .sse import SSEParser
 from .stream import PATHS, Attempt, GenParams, build_payload
 
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+YIELD_AFTER_BYTES = 64 * 1024  # SSE chunks are a few hundred bytes; only a flood reads this much at once
 CONTROL_CONNECTIONS = 4  # beyond the streams: detection, the server-metrics scrape, info queries
 
 
@@ -100,6 +102,8 @@ async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenP
                     return fail(Outcome.TIMEOUT, f"no token for {limits.read_s:g}s while bytes kept arriving")
                 if now > deadline_ns:
                     return fail(Outcome.TIMEOUT, f"request exceeded its {limits.request_s:g}s deadline")
+                if len(data) >= YIELD_AFTER_BYTES:  # a flood already buffered is read without awaiting:
+                    await asyncio.sleep(0)  # let the other streams (and /healthz) run between big slices
             now = time.monotonic_ns()
             for ev in parser.close():
                 if attempt.handle(ev.data, now):
