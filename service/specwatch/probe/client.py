@@ -74,6 +74,13 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
             return None
 
 
+def _slices(data: bytes) -> list[bytes] | tuple[bytes]:
+    if len(data) <= YIELD_AFTER_BYTES:
+        return (data,)
+    view = memoryview(data)
+    return [bytes(view[i:i + YIELD_AFTER_BYTES]) for i in range(0, len(data), YIELD_AFTER_BYTES)]
+
+
 async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenParams,
                   limits: Timeouts = Timeouts()) -> RequestRecord:
     target = attempt.target
@@ -94,16 +101,17 @@ async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenP
             parser = SSEParser()
             async for data in resp.content.iter_any():
                 now = time.monotonic_ns()
-                for ev in parser.feed(data):
-                    if attempt.handle(ev.data, now):
-                        return attempt.finish(Outcome.OK, now, http_status=200)
+                for piece in _slices(data):
+                    for ev in parser.feed(piece):
+                        if attempt.handle(ev.data, now):
+                            return attempt.finish(Outcome.OK, now, http_status=200)
+                    if len(data) > YIELD_AFTER_BYTES:  # a flood already buffered is handed over without an
+                        await asyncio.sleep(0)  # await: let the other streams (and /healthz) run between slices
                 last = attempt.chunk_ns[-1] if attempt.chunk_ns else attempt.sent_ns
                 if now - last > progress_ns:  # bytes arrive, tokens do not: a drip
                     return fail(Outcome.TIMEOUT, f"no token for {limits.read_s:g}s while bytes kept arriving")
                 if now > deadline_ns:
                     return fail(Outcome.TIMEOUT, f"request exceeded its {limits.request_s:g}s deadline")
-                if len(data) >= YIELD_AFTER_BYTES:  # a flood already buffered is read without awaiting:
-                    await asyncio.sleep(0)  # let the other streams (and /healthz) run between big slices
             now = time.monotonic_ns()
             for ev in parser.close():
                 if attempt.handle(ev.data, now):
