@@ -206,15 +206,20 @@ def test_report_names_the_bad_line_of_a_records_file(tmp_path):
     assert p.returncode == 2 and f"{bad}:2: missing field 'target'" in p.stderr
 
 
-def test_a_failed_bench_leaves_no_open_file_behind(tmp_path):
-    """Every request fails: the .hlog is still written whole and closed (no ResourceWarning at exit)."""
+@pytest.mark.parametrize("how", ["detection fails", "every request fails"])
+def test_a_failed_bench_leaves_no_open_file_behind(tmp_path, how):
+    """The .hlog is never left open (no ResourceWarning at exit): once it stayed open when detection failed.
+    When the requests themselves fail it is still written whole, with the records."""
     url = f"http://127.0.0.1:{free_port()}"
-    hlog = tmp_path / "failed.hlog"
+    hlog, records = tmp_path / "failed.hlog", tmp_path / "r.jsonl"
+    api = ["--api", "sglang"] if how == "every request fails" else []
     p = subprocess.run([sys.executable, "-X", "dev", "-W", "always::ResourceWarning", "-m", "specwatch", "bench",
-                        "--server-url", url, "--api", "sglang", "--num-runs", "2", "--warmup", "0", "--hlog",
-                        str(hlog), "--records", str(tmp_path / "r.jsonl")], capture_output=True, text=True,
-                       timeout=60)
-    assert p.returncode == 1 and "every request failed" in p.stderr
-    assert "ResourceWarning" not in p.stderr
-    assert hlog.read_text().startswith("#[specwatch interval log")
-    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 3
+                        "--server-url", url, *api, "--num-runs", "2", "--warmup", "0", "--hlog", str(hlog),
+                        "--records", str(records)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "ResourceWarning" not in p.stderr
+    if how == "detection fails":
+        assert "cannot detect the API" in p.stderr and not hlog.exists()  # nothing half-written
+    else:
+        assert "every request failed" in p.stderr
+        assert hlog.read_text().startswith("#[specwatch interval log")
+        assert len(records.read_text().splitlines()) == 3

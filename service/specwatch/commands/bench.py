@@ -29,6 +29,7 @@ from ..probe.client import Access, Timeouts, make_session
 from ..probe.detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams, Target
+from ..recorder.observations import observe
 from ..recorder.stats import Stats
 from ..recorder.windows import Interval, Recorder
 from ..records import RequestRecord, RunInfo
@@ -123,9 +124,10 @@ def analyse(info: RunInfo, records: Sequence[RequestRecord]) -> Analysis:
     domains: dict[str, Stats] = {}
     measured = [r for r in records if not r.warmup]
     for rec in records:
-        recorder.record(rec)
+        obs = observe(rec)  # once, for the overall and the per-domain view
+        recorder.record(rec, obs)
         if not rec.warmup:
-            domains.setdefault(rec.domain, Stats()).add(rec)
+            domains.setdefault(rec.domain, Stats()).add(rec, obs)
     start = min((r.sent_ns for r in measured), default=0)
     interval = recorder.tick(max((r.done_ns for r in measured), default=start))
     interval = dataclasses.replace(interval, start_ns=start)

@@ -84,7 +84,8 @@ class FaultyStream:
         if self.closed:
             return
         self.events += 1
-        kind = self.kind if self.events == 2 or (self.kind == "no_done" and data == DONE) else None
+        at = DONE if self.kind == "no_done" else None  # no_done drops only [DONE]; the others strike event 2
+        kind = self.kind if (data == DONE if at else self.events == 2) else None
         if kind is None:
             await self.resp.write(data)
         elif kind == "stall":
