@@ -8,7 +8,12 @@ Each configuration's result is saved in ``OUT/results/`` as soon as it is finish
 A launch that fails, exits early or never becomes ready is reported with the tail of its output and the
 sweep goes on. Ctrl-C (or SIGTERM) stops the current server's process group and keeps finished results.
 ``specwatch advise --from OUT/sweep.json`` prints the advisor's explanation again. Readiness is SGLang's
-``/health_generate`` where the server has it, else ``/health`` (vLLM).
+``/health_generate`` where the server has it, else ``/health`` (vLLM). Templates substitute ``{name}`` for
+each ``--param`` and leave every other brace alone, so a vLLM JSON flag is written as it is:
+
+    specwatch sweep --launch "vllm serve MODEL --speculative-config \\
+        '{\\"method\\": \\"ngram\\", \\"num_speculative_tokens\\": {k}}'" --param k=1,2,3,5 \\
+        --baseline-launch "vllm serve MODEL" --server-url http://127.0.0.1:8000
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ import itertools
 import os
 import re
 import signal
-import string
 import sys
 import time
 from pathlib import Path
@@ -32,6 +36,7 @@ from ..analysis import advisor, cost_model
 from ..analysis.server_log import SamplePool
 from ..errors import ConfigError, LaunchError, TargetError
 from ..export import sweep_report
+from ..probe.detect import speculation_of
 from ..server.logparse import parse_line
 from . import bench as bench_cmd
 from .launch import Server, wait_ready
@@ -57,8 +62,17 @@ def parse_params(specs: list[str]) -> dict[str, list[str]]:
     return params
 
 
+FIELD_RE = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
 def fields(template: str) -> set[str]:
-    return {f for _, f, _, _ in string.Formatter().parse(template) if f}
+    """The ``{name}`` placeholders of a template. Any other brace is literal, so vLLM's JSON flags template
+    as written: ``--speculative-config '{"method": "ngram", "num_speculative_tokens": {k}}'``."""
+    return set(FIELD_RE.findall(template))
+
+
+def substitute(template: str, cfg: dict[str, str]) -> str:
+    return FIELD_RE.sub(lambda m: cfg[m.group(1)] if m.group(1) in cfg else m.group(0), template)
 
 
 def check_templates(templates: dict[str, str | None], params: dict[str, list[str]]) -> None:
@@ -102,10 +116,10 @@ def run_one(a: dict[str, Any], spec: bench_cmd.BenchSpec, name: str, cfg: dict[s
     print(f"\n=== {name} ===", flush=True)
     result: dict[str, Any] = {"label": name, "params": cfg, "started": time.time()}
     server = None
-    log_path = Path(a["log_file"].format(**cfg)) if a["log_file"] else None
+    log_path = Path(substitute(a["log_file"], cfg)) if a["log_file"] else None
     try:
         if launch is not None:
-            cmd = launch.format(**cfg)
+            cmd = substitute(launch, cfg)
             result["command"] = cmd
             print(f"  launching: {cmd}", flush=True)
             server = Server(cmd, out / "logs" / f"{safe(name)}.out")
@@ -123,12 +137,12 @@ def run_one(a: dict[str, Any], spec: bench_cmd.BenchSpec, name: str, cfg: dict[s
         if reasons:
             raise LaunchError(f"every request failed: {reasons}")
         sinfo = doc["server_info"]
+        steps, draft_tokens = speculation_of(str(sinfo.get("engine", "")), sinfo)
         result.update(status="ok", results=doc["results"], runs=doc["runs"], server_info=sinfo,
-                      steps=int(sinfo.get("speculative_num_steps") or 0) if sinfo.get("speculative_algorithm") else 0,
-                      draft_tokens=int(sinfo.get("speculative_num_draft_tokens") or 1),
-                      **(log_stats(log_path, offset) if log_path else {}))
-        if not sinfo and "steps" in cfg:  # an OpenAI-only server does not say: trust the template
-            result.update(steps=int(cfg["steps"]), draft_tokens=int(cfg["steps"]) + 1)
+                      steps=steps, draft_tokens=draft_tokens, **(log_stats(log_path, offset) if log_path else {}))
+        if not sinfo and cfg.get("steps", cfg.get("k", "")).isdigit():
+            n = int(cfg.get("steps", cfg.get("k", "0")))  # an OpenAI-only server does not say: trust the template
+            result.update(steps=n, draft_tokens=n + 1)
     except (LaunchError, TargetError, OSError) as exc:
         result.update(status="failed", error=str(exc))
         print(f"  FAILED: {exc}", flush=True)

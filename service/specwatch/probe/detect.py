@@ -1,10 +1,15 @@
-"""What kind of server a URL is: SGLang (native API) or an OpenAI-compatible one, its model and whether it
-speculates. Source stage; one ``ServerInfo`` per target at start."""
+"""What kind of server a URL is: SGLang (native API), vLLM or another OpenAI-compatible one, its model and
+whether it speculates. Source stage; one ``ServerInfo`` per target at start.
+
+vLLM says nothing of its speculative config over HTTP, but its ``/metrics`` does: the ``vllm:spec_decode_*``
+counters exist only with a speculative config, and ``…_per_pos_total`` has one ``position`` per draft token."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +30,64 @@ class ServerInfo:
     api: str
     model: str = "default"
     speculative: bool | None = None  # None: the server does not say (OpenAI-only servers)
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # SGLang's server args, or vLLM's engine/version/k
+    engine: str = "openai"  # "sglang", "vllm" or "openai" (any other OpenAI-compatible server)
+
+
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+MAX_METRICS_BYTES = 8 * 1024 * 1024
+MAX_POSITIONS = 64
+
+
+def vllm_speculation(text: str) -> tuple[int, float | None]:
+    """From a vLLM ``/metrics`` text: (draft tokens per round k, 0 without speculation; lifetime mean
+    acceptance length 1 + accepted / drafts, None before the first draft). Pure; reads three series only."""
+    positions: set[int] = set()
+    drafts = accepted = 0.0
+    for line in text.splitlines():
+        if not line.startswith("vllm:spec_decode_num_"):
+            continue
+        name, _, rest = line.partition("{")
+        value = rest.rpartition("}")[2].split()
+        try:
+            v = float(value[0]) if value else math.nan
+        except ValueError:
+            continue
+        if not math.isfinite(v) or v < 0:
+            continue
+        if name == VLLM_PER_POS:
+            m = re.search(r'position="(\d{1,3})"', rest)
+            if m and int(m.group(1)) < MAX_POSITIONS:
+                positions.add(int(m.group(1)))
+        elif name == VLLM_DRAFTS:
+            drafts += v
+        elif name == VLLM_ACCEPTED:
+            accepted += v
+    k = max(positions) + 1 if positions else 0
+    return k, (1.0 + accepted / drafts if drafts > 0 else None)
+
+
+async def get_text(session: aiohttp.ClientSession, url: str) -> str | None:
+    """A bounded text body of a 200 answer, else None."""
+    async with session.get(url, allow_redirects=False) as resp:
+        if resp.status != 200:
+            return None
+        data = await resp.content.read(MAX_METRICS_BYTES + 1)
+        return data.decode("utf-8", "replace") if len(data) <= MAX_METRICS_BYTES else None
+
+
+def speculation_of(engine: str, server_info: dict[str, Any]) -> tuple[int, int]:
+    """(draft steps, draft tokens per verify) from a ``ServerInfo.info``; (0, 1) for plain decoding or when the
+    server does not say."""
+    if engine == "vllm" or "num_speculative_tokens" in server_info:
+        k = int(server_info.get("num_speculative_tokens") or 0)
+        return k, k + 1
+    if server_info.get("speculative_algorithm"):
+        return int(server_info.get("speculative_num_steps") or 0), \
+            int(server_info.get("speculative_num_draft_tokens") or 1)
+    return 0, 1
 
 
 def _first_model(models: Any) -> str:
@@ -50,13 +112,37 @@ async def detect(session: aiohttp.ClientSession, base_url: str, api: str = "auto
             api = "completions"
         else:
             raise TargetError(f"{base_url} answers neither /get_server_info (SGLang) nor /v1/models (OpenAI)")
-    spec = bool(info.get("speculative_algorithm")) if sglang and isinstance(info, dict) else None
-    return ServerInfo(api=api, model=_first_model(models), speculative=spec,
-                      info=info if isinstance(info, dict) else {})
+    if sglang and isinstance(info, dict):
+        return ServerInfo(api=api, model=_first_model(models), speculative=bool(info.get("speculative_algorithm")),
+                          info=info, engine="sglang")
+    if _owned_by(models) == "vllm":
+        version = await get_json(session, base_url + "/version")
+        metrics = await get_text(session, base_url + "/metrics")
+        k, _ = vllm_speculation(metrics) if metrics is not None else (0, None)
+        vinfo: dict[str, Any] = {"engine": "vllm", "num_speculative_tokens": k}
+        if isinstance(version, dict) and isinstance(version.get("version"), str):
+            vinfo["version"] = version["version"][:40]
+        return ServerInfo(api=api, model=_first_model(models), speculative=bool(k) if metrics is not None else None,
+                          info=vinfo, engine="vllm")
+    return ServerInfo(api=api, model=_first_model(models))
+
+
+def _owned_by(models: Any) -> str:
+    data = models.get("data") if isinstance(models, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        return str(data[0].get("owned_by", ""))
+    return ""
 
 
 async def lifetime_accept_length(session: aiohttp.ClientSession, info: ServerInfo, base_url: str) -> float | None:
-    """SGLang's own running average accept length (``internal_states[0].avg_spec_accept_length``)."""
+    """The server's own lifetime accept length: SGLang's ``internal_states[0].avg_spec_accept_length``, vLLM's
+    1 + accepted / drafts from its counters."""
+    if info.engine == "vllm":
+        try:
+            text = await get_text(session, base_url + "/metrics")
+        except UNREACHABLE:
+            return None
+        return vllm_speculation(text)[1] if text is not None else None
     if info.api != "sglang":
         return None
     for path in ("/server_info", "/get_server_info"):

@@ -1,4 +1,5 @@
-"""Parsers for server log lines: SGLang "Prefill batch" / "Decode batch" and vLLM "SpecDecoding metrics".
+"""Parsers for server log lines: SGLang "Prefill batch" / "Decode batch", vLLM "SpecDecoding metrics" and its
+"Engine 000: Avg prompt throughput" stats line.
 
 Server side, parse stage; pure. Every line gets a ``ParseResult``: ``parsed`` (a ``ServerSample``), ``ignored``
 (not one of ours) or ``malformed`` (looks like ours but carries garbage values: no sample is produced).
@@ -6,7 +7,7 @@ Fields are read as an unordered key/value map so that every SGLang release famil
 golden files in tests/golden/logs/) parses, and so do variants beyond them: extra or missing fields,
 reordering, rank tags, milliseconds, ``[N]`` iteration counters, trailing separators, ANSI colours and
 process-manager prefixes. vLLM's lines are read for every generation (V0 "Speculative metrics", V1 and
-current "SpecDecoding metrics").
+current "SpecDecoding metrics"; the stats line of V0, V1 and current, GPU or CPU KV cache).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ SGLANG_RE = re.compile(
 )
 DP_RE = re.compile(r"\bDP(\d+)\b")
 VLLM_ANCHOR = "SpecDecoding metrics:"
+VLLM_ENGINE_ANCHOR = "Avg prompt throughput:"
+VLLM_ENGINE_RE = re.compile(r"Engine (\d{1,4}): $")
 VLLM_V0_ANCHOR = "Speculative metrics:"
 VLLM_FIELDS = {
     "mean": re.compile(r"Mean acceptance length: ([-\w.]+)"),
@@ -156,6 +159,34 @@ def _vllm_v0(text: str) -> ServerSample:
                         drafted_tokens=_int(vals["drafted"], "drafted") if "drafted" in vals else None)
 
 
+def _unit(v: str, unit: str, key: str) -> str:
+    if not v.endswith(unit):
+        raise LogLineError(f"{key}: {v[:40]!r} does not end in {unit!r}")
+    return v[: -len(unit)].strip()
+
+
+def _vllm_engine(head: str, body: str) -> ServerSample:
+    """vLLM's stats line: ``Engine 000: Avg prompt throughput: …, Avg generation throughput: … tokens/s,
+    Running: N reqs, Waiting: N reqs, GPU KV cache usage: x%, …`` (V1; ``CPU KV`` on CPU builds), or V0's
+    ``Avg prompt throughput: …, Running: N reqs, Swapped: N reqs, Pending: N reqs, GPU KV cache usage: x%, …``.
+    Fields are read by name; the ``N Engines Aggregated:`` form has no engine index."""
+    f = split_fields("Avg prompt throughput: " + body.strip().rstrip("."))
+    if "Avg generation throughput" not in f or "Running" not in f:
+        raise LogLineError("stats line without generation throughput or running requests")
+    m = VLLM_ENGINE_RE.search(head[-20:])
+    usage = f.get("GPU KV cache usage", f.get("CPU KV cache usage", f.get("KV cache usage")))
+    waiting = f.get("Waiting", f.get("Pending"))
+    return ServerSample(
+        source="vllm_engine", dp_rank=str(int(m.group(1))) if m else "",
+        gen_throughput=_float(_unit(f["Avg generation throughput"], "tokens/s", "generation throughput"),
+                              "generation throughput"),
+        running=_int(_unit(f["Running"], "reqs", "running"), "running"),
+        queued=_int(_unit(waiting, "reqs", "waiting"), "waiting") if waiting is not None else None,
+        token_usage=_float(_unit(usage, "%", "KV cache usage"), "KV cache usage", 0.0, 150.0) / 100.0
+        if usage is not None else None,
+    )
+
+
 def parse_line(line: str) -> ParseResult:
     if "\x1b" in line:
         line = ANSI_RE.sub("", line)
@@ -173,6 +204,9 @@ def parse_line(line: str) -> ParseResult:
         i = line.find(VLLM_V0_ANCHOR)
         if i >= 0:
             return ParseResult("parsed", _vllm_v0(line[i + len(VLLM_V0_ANCHOR):]))
+        i = line.find(VLLM_ENGINE_ANCHOR)
+        if i >= 0:
+            return ParseResult("parsed", _vllm_engine(line[:i], line[i + len(VLLM_ENGINE_ANCHOR):]))
     except LogLineError as exc:
         return ParseResult("malformed", reason=str(exc))
     return IGNORED

@@ -1,5 +1,7 @@
-"""Server metrics scrape (``--server-metrics``): SGLang ``sglang:`` gauges and vLLM ``vllm:spec_decode_*``
-counters turned into ``ServerSample``s. Server side, source + parse stage; ``samples_from_text`` is pure.
+"""Server metrics scrape (``--server-metrics``): SGLang ``sglang:`` gauges, vLLM's load gauges
+(``vllm:num_requests_running``/``waiting``, ``kv_cache_usage_perc``) and its ``vllm:spec_decode_*`` and
+``generation_tokens`` counters turned into ``ServerSample``s. Server side, source + parse stage;
+``samples_from_text`` is pure.
 
 vLLM's counters are turned into interval values from the delta between two scrapes:
 accept length = 1 + Δaccepted / Δdrafts, per-position acceptance = Δaccepted_per_pos / Δdrafts.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +35,13 @@ SGLANG_GAUGES = {
     "sglang:num_queue_reqs": "queued",
     "sglang:token_usage": "token_usage",
 }
+VLLM_GAUGES = {  # the load: running and waiting requests, KV cache use (0..1; older releases: gpu_cache_usage_perc)
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "queued",
+    "vllm:kv_cache_usage_perc": "token_usage",
+    "vllm:gpu_cache_usage_perc": "token_usage",
+}
+VLLM_GENERATION = "vllm:generation_tokens_total"
 VLLM_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                  "vllm:spec_decode_num_accepted_tokens")
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
@@ -49,6 +59,8 @@ class ScrapeState:
 
     prev: dict[str, float] = field(default_factory=dict)
     prev_pos: dict[str, float] = field(default_factory=dict)
+    prev_gen: dict[str, float] = field(default_factory=dict)  # vLLM generation tokens per engine
+    prev_s: float | None = None
     rejected: int = 0  # non-finite or out-of-range values, unknown labels: counted, never exported
 
 
@@ -58,18 +70,27 @@ def dp_label(raw: str) -> str:
         else "other"
 
 
-def samples_from_text(text: str, state: ScrapeState) -> list[ServerSample]:
+def samples_from_text(text: str, state: ScrapeState, now_s: float | None = None) -> list[ServerSample]:
+    """Samples from one scrape. With ``now_s`` (the scrape's monotonic time) vLLM's generation counter is
+    turned into tok/s over the time since the previous scrape."""
     sg: dict[str, dict[str, float]] = defaultdict(dict)
     counters: dict[str, float] = defaultdict(float)
     per_pos: dict[str, float] = defaultdict(float)
+    gen: dict[str, float] = defaultdict(float)
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             v = s.value
-            if s.name in SGLANG_GAUGES:
-                key = SGLANG_GAUGES[s.name]
+            if s.name in SGLANG_GAUGES or s.name in VLLM_GAUGES:
+                key = SGLANG_GAUGES.get(s.name) or VLLM_GAUGES[s.name]
                 lo, hi = RANGES[key]
+                rank = s.labels.get("dp_rank", s.labels.get("engine", "0"))
                 if math.isfinite(v) and lo <= v <= hi:
-                    sg[dp_label(s.labels.get("dp_rank", "0"))][key] = v
+                    sg[dp_label(rank)][key] = v
+                else:
+                    state.rejected += 1
+            elif s.name == VLLM_GENERATION:
+                if math.isfinite(v) and 0 <= v <= 2.0**53:
+                    gen[dp_label(s.labels.get("engine", "0"))] += v
                 else:
                     state.rejected += 1
             elif s.name.endswith("_total") and (s.name.removesuffix("_total") in VLLM_COUNTERS
@@ -83,6 +104,13 @@ def samples_from_text(text: str, state: ScrapeState) -> list[ServerSample]:
                     per_pos[str(int(pos))] += v
                 else:
                     counters[s.name.removesuffix("_total")] += v
+    if gen and now_s is not None:
+        dt = now_s - state.prev_s if state.prev_s is not None else 0.0
+        for dp, total in gen.items():
+            before = state.prev_gen.get(dp)
+            if before is not None and dt > 0 and total >= before:  # a counter that went back: a new server
+                sg[dp]["gen_throughput"] = (total - before) / dt
+        state.prev_gen, state.prev_s = dict(gen), now_s
     out = []
     for dp, g in sorted(sg.items()):
         al = g.get("accept_length")
@@ -126,7 +154,7 @@ async def scrape_forever(session: aiohttp.ClientSession, url: str, interval_s: f
                 if len(text) > MAX_SCRAPE_BYTES:
                     raise ValueError(f"more than {MAX_SCRAPE_BYTES} bytes")
                 error = "" if resp.status == 200 else f"HTTP {resp.status}"
-            for s in samples_from_text(text, state):
+            for s in samples_from_text(text, state, time.monotonic()):
                 on_sample(s)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             error = str(exc) or type(exc).__name__

@@ -11,31 +11,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import ssl
 import sys
 import time
-from typing import IO, Any
+from typing import Any
 
 from aiohttp import web
 
 from . import logfmt, model
-from .control import control_routes
 from .engine import Engine, EngineSettings
 from .faults import FaultPlan
 from .native import NativeAPI
 from .openai import OpenAIAPI
+from .serve import LogSink, add_sim_flags, require_key, run_server
 from .sglang_metrics import SGLangMetrics
 from .wire import ServerIdentity
 
 SIM_VERSION = "0.5.23"
+ENGINES = ("sglang", "vllm")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="specwatch sim",
         description="Simulated SGLang server with EAGLE-3 speculative decoding (no GPU, no model). "
-                    "Takes SGLang's launch flags; flags it does not simulate are accepted and ignored.")
+                    "Takes SGLang's launch flags; flags it does not simulate are accepted and ignored. "
+                    "--engine vllm: the same model behind vLLM's surface, taking `vllm serve`'s flags.")
+    p.add_argument("--engine", default="sglang", choices=ENGINES, help="which server to simulate (default sglang)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--model-path", "--model", default="simulated/Llama-3.1-8B-Instruct")
@@ -53,22 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ssl-certfile", default=None, help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--ssl-keyfile", default=None, help="the certificate's private key (PEM)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
-    # simulator-only
-    p.add_argument("--profile", default="seed", choices=sorted(model.PROFILES))
-    p.add_argument("--log-file", default=None, help="append log lines to this file as well as stdout")
-    p.add_argument("--log-format", default=logfmt.DEFAULT_FAMILY, choices=sorted(logfmt.FAMILIES),
-                   help="SGLang release family whose log line shapes to print")
-    p.add_argument("--quiet", action="store_true", help="do not print log lines to stdout")
-    p.add_argument("--seed", type=int, default=None, help="make acceptance draws reproducible")
-    p.add_argument("--control-port", type=int, default=None,
-                   help="serve /truth, /explain and /control (profile, pause, fault injection) on this port")
-    p.add_argument("--control-host", default="127.0.0.1",
-                   help="address of the control port (default 127.0.0.1: it is unauthenticated)")
-    p.add_argument("--load-seconds", type=float, default=0.0,
-                   help="pretend to load weights for this long before the port opens")
-    p.add_argument("--explain", action="store_true", help="print the expected numbers and exit")
-    p.add_argument("--batch-size", type=int, default=1, help="with --explain: running requests")
+    add_sim_flags(p, logfmt.FAMILIES, logfmt.DEFAULT_FAMILY, "SGLang")
     return p
+
+
+def pick_engine(argv: list[str]) -> tuple[str, list[str]]:
+    """``--engine sglang|vllm`` (default sglang), taken out of the flags the flavour parses."""
+    rest, engine, i = [], "sglang", 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--engine" and i + 1 < len(argv):
+            engine, i = argv[i + 1], i + 2
+            continue
+        if a.startswith("--engine="):
+            engine = a.partition("=")[2]
+        else:
+            rest.append(a)
+        i += 1
+    if engine not in ENGINES:
+        print(f"specwatch sim: --engine: {engine!r} is not one of {', '.join(ENGINES)}", file=sys.stderr)
+        raise SystemExit(2)
+    return engine, rest
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -87,22 +93,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, unknown
 
 
-class LogSink:
-    def __init__(self, to_stdout: bool, path: str | None) -> None:
-        self.to_stdout = to_stdout
-        self.file: IO[str] | None = open(path, "a", buffering=1, encoding="utf-8") if path else None  # noqa: SIM115
-
-    def __call__(self, line: str) -> None:
-        if self.to_stdout:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
-        if self.file is not None:
-            self.file.write(line + "\n")
-
-    def info(self, family: str, msg: str) -> None:
-        self(logfmt.prefix(family, time.time()) + msg)
-
-
 def server_args(args: argparse.Namespace, spec: model.SpecConfig, max_running: int) -> dict[str, Any]:
     return {
         "model_path": args.model_path, "served_model_name": args.served_model_name or args.model_path,
@@ -118,19 +108,14 @@ def server_args(args: argparse.Namespace, spec: model.SpecConfig, max_running: i
     }
 
 
-def require_key(key: str | None) -> Any:
-    @web.middleware
-    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
-        if key and request.path != "/health" and request.headers.get("Authorization") != f"Bearer {key}":
-            return web.json_response({"error": "Unauthorized"}, status=401)
-        return await handler(request)
-    return check
-
-
 async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     spec: model.SpecConfig = args.spec
     family = args.log_format
     sink = LogSink(not args.quiet, args.log_file)
+
+    def info(msg: str) -> None:
+        sink(logfmt.prefix(family, time.time()) + msg)
+
     max_running = args.max_running_requests or (48 if spec.enabled else 256)
     settings = EngineSettings(
         profile=model.PROFILES[args.profile], spec=spec, max_running_requests=max_running,
@@ -139,58 +124,34 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
         seed=args.seed,
     )
     if unknown:
-        sink.info(family, f"specwatch sim: ignoring flags it does not simulate: {' '.join(unknown)}")
+        info(f"specwatch sim: ignoring flags it does not simulate: {' '.join(unknown)}")
     engine = Engine(settings, sink)
     metrics = SGLangMetrics(args.served_model_name or args.model_path, engine) if args.enable_metrics else None
     if metrics is not None:
         engine.on_finish = metrics.on_finish
     ident = ServerIdentity(args.model_path, args.served_model_name or args.model_path, SIM_VERSION,
                            server_args(args, spec, max_running))
-    sink.info(family, f"server_args={ident.server_args}")
+    info(f"server_args={ident.server_args}")
     if args.load_seconds > 0:
-        sink.info(family, "Load weight begin. (simulated)")
+        info("Load weight begin. (simulated)")
         await asyncio.sleep(args.load_seconds)
-        sink.info(family, "Load weight end. (simulated)")
-    app = web.Application(client_max_size=8 * 1024 * 1024, middlewares=[require_key(args.api_key)])
+        info("Load weight end. (simulated)")
+    app = web.Application(client_max_size=8 * 1024 * 1024,
+                          middlewares=[require_key(args.api_key, lambda path: path != "/health")])
     faults = FaultPlan()
     NativeAPI(engine, ident, metrics.render if metrics else None, faults).routes(app)
     OpenAIAPI(engine, ident, faults).routes(app)
-    runners = [web.AppRunner(app, access_log=None, handler_cancellation=True)]
-    sites: list[tuple[web.AppRunner, str, int]] = [(runners[0], args.host, args.port)]
-    if args.control_port:
-        capp = web.Application()
-        control_routes(capp, engine, args.batch_size, faults)
-        runners.append(web.AppRunner(capp, access_log=None))
-        sites.append((runners[1], args.control_host, args.control_port))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    task = asyncio.create_task(engine.run())
-    try:
-        tls = None
-        if args.ssl_certfile:
-            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            tls.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
-        for i, (runner, host, port) in enumerate(sites):
-            await runner.setup()
-            await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls if i == 0 else None).start()
-        scheme = "https" if tls else "http"
-        sink.info(family, f"Uvicorn running on {scheme}://{args.host}:{args.port} (Press CTRL+C to quit)")
-        sink.info(family, "The server is fired up and ready to roll!")
-        done, _ = await asyncio.wait([task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            task.result()  # an engine bug: crash loudly
-    finally:
-        task.cancel()
-        engine.shutdown()
-        for runner in runners:
-            await runner.cleanup()
-    return 0
+    ready = ["Uvicorn running on {url} (Press CTRL+C to quit)", "The server is fired up and ready to roll!"]
+    return await run_server(args, app, engine, faults, info, ready)
 
 
 def main(argv: list[str]) -> int:
-    args, unknown = parse(argv)
+    engine, rest = pick_engine(argv)
+    if engine == "vllm":
+        from . import vllm_cli
+
+        return vllm_cli.main(rest)
+    args, unknown = parse(rest)
     if args.explain:
         print(model.format_explanation(model.explain(model.PROFILES[args.profile], args.spec, args.batch_size)))
         return 0

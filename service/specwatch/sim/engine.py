@@ -69,8 +69,10 @@ class EngineSettings:
     stream_interval: int = 1
     log_family: str = logfmt.DEFAULT_FAMILY
     log_decode: bool = True
+    log_prefill: bool = True  # SGLang's scheduler lines; vLLM's flavour logs from its own stats loop
     log_ms: bool = False
     seed: int | None = None
+    draft_cost: float = 1.0  # 0 for proposers that run no model (vLLM's ngram): drafting is a lookup
 
 
 class Engine:
@@ -99,6 +101,16 @@ class Engine:
         self.last_accept_rate = 0.0
         self.counters: collections.Counter[str] = collections.Counter()
         self.on_finish: Callable[[SimRequest], None] | None = None
+        self.on_abort: Callable[[SimRequest], None] | None = None
+        self.on_step: Callable[[SimRequest, int, int], None] | None = None  # (request, tokens, now_ns) per round
+        # lifetime totals, as vLLM's counters keep them: prompt and generated tokens, drafts (verify rounds
+        # that carried a draft), draft tokens, accepted draft tokens, accepted per draft position
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.spec_drafts = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted = 0
+        self.spec_accepted_pos = [0] * settings.spec.num_steps
 
     # ---- control -----------------------------------------------------------------------------
     def set_profile(self, profile: model.Profile) -> None:
@@ -132,6 +144,8 @@ class Engine:
         req.finish_reason = {"type": "abort", "message": message}
         self.counters["aborted"] += 1
         self._record(req, "aborted")
+        if self.on_abort is not None:
+            self.on_abort(req)
 
     def shutdown(self) -> None:
         """Abort every request and tell its stream, so that handlers finish and the server can stop at once."""
@@ -183,10 +197,13 @@ class Engine:
         batch = [r for r in batch if r.finish_reason is None]
         running_before = len(self.running)
         self.prefill_ct += 1
+        self.prompt_tokens_total += sum(r.prompt_tokens for r in batch)
         for r in batch:
             r.first_ns = now
             self.running.append(r)
             self._append_tokens(r, 1, now)
+        if not self.s.log_prefill:
+            return
         elapsed = (now - self._last_prefill_ns) / 1e9 if self._last_prefill_ns else 0.0
         self._last_prefill_ns = now
         stats = logfmt.PrefillStats(
@@ -199,10 +216,12 @@ class Engine:
 
     async def _decode_round(self) -> None:
         batch = list(self.running)
-        now = await self._sleep_for(model.cycle_ms(self.s.profile, self.s.spec, len(batch)))
+        now = await self._sleep_for(model.cycle_ms(self.s.profile, self.s.spec, len(batch), self.s.draft_cost))
         spec = self.s.spec.enabled
         produced = 0
         accepted_total = 0
+        k = self.s.spec.num_steps
+        pos = self.spec_accepted_pos
         for r in batch:
             if r.finish_reason is not None:
                 continue
@@ -216,8 +235,15 @@ class Engine:
             if spec:
                 r.accepted_drafts += n - 1
                 accepted_total += n - 1
+                self.spec_drafts += 1
+                self.spec_draft_tokens += k
+                for i in range(n - 1):
+                    pos[i] += 1
             produced += n
+            if self.on_step is not None:
+                self.on_step(r, n, now)
             self._append_tokens(r, n, now)
+        self.spec_accepted += accepted_total
         bs = len(batch)
         self.forward_ct_decode += 1
         self._iv_accept_tokens += accepted_total + bs
@@ -230,6 +256,7 @@ class Engine:
         assert r.tokens is not None
         r.parts.append(r.tokens.next_tokens(n))
         r.completion_tokens += n
+        self.generation_tokens_total += n
         r.unsent += n
         r.last_ns = now
         done = r.completion_tokens >= r.limit

@@ -135,13 +135,14 @@ def verify_ms(profile: Profile, draft_tokens: int) -> float:
     return profile.base_step_ms + profile.verify_extra_ms * extra
 
 
-def draft_ms(profile: Profile, spec: SpecConfig) -> float:
-    return spec.num_steps * profile.draft_step_ms if spec.enabled else 0.0
+def draft_ms(profile: Profile, spec: SpecConfig, draft_cost: float = 1.0) -> float:
+    """Drafting time of one round; ``draft_cost`` 0 for proposers without a model (vLLM's ngram lookup)."""
+    return spec.num_steps * profile.draft_step_ms * draft_cost if spec.enabled else 0.0
 
 
-def cycle_ms(profile: Profile, spec: SpecConfig, batch_size: int = 1) -> float:
+def cycle_ms(profile: Profile, spec: SpecConfig, batch_size: int = 1, draft_cost: float = 1.0) -> float:
     width = spec.num_draft_tokens if spec.enabled else 1
-    single = draft_ms(profile, spec) + verify_ms(profile, width)
+    single = draft_ms(profile, spec, draft_cost) + verify_ms(profile, width)
     return single * (1.0 + profile.batch_cost * max(0, batch_size - 1))
 
 
@@ -210,11 +211,12 @@ class Explanation:
 
 
 def explain(
-    profile: Profile, spec: SpecConfig, batch_size: int = 1, domain: str = "chat", temperature: float = 0.0
+    profile: Profile, spec: SpecConfig, batch_size: int = 1, domain: str = "chat", temperature: float = 0.0,
+    draft_cost: float = 1.0,
 ) -> Explanation:
     cond = conditional_probs(profile, spec, acceptance_factor(profile, domain, temperature))
     al = expected_accept_length(cond) if spec.enabled else 1.0
-    cyc = cycle_ms(profile, spec, batch_size)
+    cyc = cycle_ms(profile, spec, batch_size, draft_cost)
     scale = 1.0 + profile.batch_cost * max(0, batch_size - 1)
     plain = cycle_ms(profile, SpecConfig(), batch_size)
     return Explanation(
@@ -227,8 +229,8 @@ def explain(
         accept_length=al,
         position_acceptance=tuple(position_acceptance(cond)),
         cycle_ms=cyc,
-        draft_ms=draft_ms(profile, spec) * scale,
-        verify_ms=cyc - draft_ms(profile, spec) * scale,
+        draft_ms=draft_ms(profile, spec, draft_cost) * scale,
+        verify_ms=cyc - draft_ms(profile, spec, draft_cost) * scale,
         tokens_per_second=1000.0 * al / cyc,
         itl_ms=cyc / al,
         breakeven_accept_length=cyc / plain,

@@ -4,6 +4,7 @@ streamed chunk for chunk as SGLang does (``stream_options.include_usage`` / ``co
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -13,6 +14,46 @@ from .engine import Snapshot
 from .faults import FaultyStream, http_status
 from .text import count_prompt_tokens
 from .wire import SSE_HEADERS, BadRequest, Handlers, boolean, json_response, max_tokens, number, read_json
+
+
+def openai_prompt(body: dict[str, Any], chat: bool) -> str:
+    """The prompt text of a completions or chat body (messages joined by a simple role template)."""
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs or not all(
+                isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs):
+            raise BadRequest("messages must be a non-empty list of {role, content} objects")
+        return "\n".join(f"<|{m.get('role', 'user')}|>{m['content']}" for m in msgs) + "\n<|assistant|>"
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt must be a string")
+    return prompt
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIParams:
+    """The request fields both servers' OpenAI routes read, validated."""
+
+    prompt: str
+    max_new: int
+    temperature: float
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+    continuous: bool
+
+    @classmethod
+    def parse(cls, body: dict[str, Any], chat: bool, default_max: int) -> OpenAIParams:
+        prompt = openai_prompt(body, chat)
+        key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+        so = body.get("stream_options") or {}
+        if not isinstance(so, dict):
+            raise BadRequest("stream_options must be an object")
+        return cls(prompt, max_tokens(body, key, default_max), number(body, "temperature", 1.0),
+                   boolean(body, "ignore_eos"), boolean(body, "stream"), boolean(so, "include_usage"),
+                   boolean(so, "continuous_usage_stats"))
 
 
 class OpenAIAPI(Handlers):
@@ -31,34 +72,9 @@ class OpenAIAPI(Handlers):
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._openai(request, chat=True)
 
-    def _openai_prompt(self, body: dict[str, Any], chat: bool) -> str:
-        if chat:
-            msgs = body.get("messages")
-            if not isinstance(msgs, list) or not msgs or not all(
-                    isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs):
-                raise BadRequest("messages must be a non-empty list of {role, content} objects")
-            return "\n".join(f"<|{m.get('role', 'user')}|>{m['content']}" for m in msgs) + "\n<|assistant|>"
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if not isinstance(prompt, str):
-            raise BadRequest("prompt must be a string")
-        return prompt
-
     async def _openai(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
-            body = await read_json(request)
-            prompt = self._openai_prompt(body, chat)
-            key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
-            max_new = max_tokens(body, key, 16 if not chat else 2048)
-            temperature = number(body, "temperature", 1.0)
-            ignore_eos = boolean(body, "ignore_eos")
-            stream = boolean(body, "stream")
-            so = body.get("stream_options") or {}
-            if not isinstance(so, dict):
-                raise BadRequest("stream_options must be an object")
-            include_usage = boolean(so, "include_usage")
-            continuous = boolean(so, "continuous_usage_stats")
+            p = OpenAIParams.parse(await read_json(request), chat, 16 if not chat else 2048)
         except BadRequest as exc:
             return json_response({"object": "error", "message": str(exc), "type": "BadRequestError", "param": None,
                           "code": 400}, 400)
@@ -66,8 +82,9 @@ class OpenAIAPI(Handlers):
         if (status := http_status(fault)) is not None:
             return json_response({"object": "error", "message": f"injected fault: HTTP {status}", "type": "Fault",
                                   "param": None, "code": status}, status)
-        req = self.new_request(request, prompt, count_prompt_tokens(prompt), max_new, ignore_eos, temperature,
-                                None, None)
+        req = self.new_request(request, p.prompt, count_prompt_tokens(p.prompt), p.max_new, p.ignore_eos,
+                               p.temperature, None, None)
+        stream, include_usage, continuous = p.stream, p.include_usage, p.continuous
         oid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
         model = self.ident.served_model_name

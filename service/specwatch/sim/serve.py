@@ -1,0 +1,101 @@
+"""What both flavours of the simulator share to serve: the log sink, the API-key guard, the control port,
+TLS, signals, and running the engine beside the HTTP sites until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import ssl
+import sys
+from collections.abc import Callable, Coroutine
+from typing import IO, Any
+
+from aiohttp import web
+
+from . import model
+from .control import control_routes
+from .engine import Engine
+from .faults import FaultPlan
+
+
+class LogSink:
+    def __init__(self, to_stdout: bool, path: str | None) -> None:
+        self.to_stdout = to_stdout
+        self.file: IO[str] | None = open(path, "a", buffering=1, encoding="utf-8") if path else None  # noqa: SIM115
+
+    def __call__(self, line: str) -> None:
+        if self.to_stdout:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        if self.file is not None:
+            self.file.write(line + "\n")
+
+
+def require_key(key: str | None, guarded: Callable[[str], bool]) -> Any:
+    """401 unless ``Authorization: Bearer <key>`` on the paths ``guarded`` names (SGLang: all but /health;
+    vLLM: /v1/…)."""
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if key and guarded(request.path) and request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+    return check
+
+
+def add_sim_flags(p: argparse.ArgumentParser, formats: dict[str, str], default_format: str, what: str) -> None:
+    """The simulator-only flags, the same for both flavours."""
+    p.add_argument("--profile", default="seed", choices=sorted(model.PROFILES))
+    p.add_argument("--log-file", default=None, help="append log lines to this file as well as stdout")
+    p.add_argument("--log-format", default=default_format, choices=sorted(formats),
+                   help=f"{what} release family whose log line shapes to print")
+    p.add_argument("--quiet", action="store_true", help="do not print log lines to stdout")
+    p.add_argument("--seed", type=int, default=None, help="make acceptance draws reproducible")
+    p.add_argument("--control-port", type=int, default=None,
+                   help="serve /truth, /explain and /control (profile, pause, fault injection) on this port")
+    p.add_argument("--control-host", default="127.0.0.1",
+                   help="address of the control port (default 127.0.0.1: it is unauthenticated)")
+    p.add_argument("--load-seconds", type=float, default=0.0,
+                   help="pretend to load weights for this long before the port opens")
+    p.add_argument("--explain", action="store_true", help="print the expected numbers and exit")
+    p.add_argument("--batch-size", type=int, default=1, help="with --explain: running requests")
+
+
+async def run_server(args: argparse.Namespace, app: web.Application, engine: Engine, faults: FaultPlan,
+                     say: Callable[[str], None], ready_lines: list[str],
+                     extra_tasks: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = ()) -> int:
+    """Serve ``app`` (and the control port if asked) with the engine running, until a signal."""
+    runners = [web.AppRunner(app, access_log=None, handler_cancellation=True)]
+    sites: list[tuple[web.AppRunner, str, int]] = [(runners[0], args.host, args.port)]
+    if args.control_port:
+        capp = web.Application()
+        control_routes(capp, engine, args.batch_size, faults)
+        runners.append(web.AppRunner(capp, access_log=None))
+        sites.append((runners[1], args.control_host, args.control_port))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(engine.run()), *(asyncio.create_task(t()) for t in extra_tasks)]
+    try:
+        tls = None
+        if args.ssl_certfile:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
+        for i, (runner, host, port) in enumerate(sites):
+            await runner.setup()
+            await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls if i == 0 else None).start()
+        scheme = "https" if tls else "http"
+        for line in ready_lines:
+            say(line.format(url=f"{scheme}://{args.host}:{args.port}"))
+        done, _ = await asyncio.wait([*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        for t in tasks:
+            if t in done:
+                t.result()  # an engine bug: crash loudly
+    finally:
+        for t in tasks:
+            t.cancel()
+        engine.shutdown()
+        for runner in runners:
+            await runner.cleanup()
+    return 0

@@ -1,0 +1,237 @@
+"""``specwatch sim --engine vllm``: the simulator's timing model behind vLLM's surface, taking ``vllm serve``'s
+own flags for what it simulates.
+
+    specwatch sim --engine vllm [serve] [MODEL] --port 8000 \\
+        --speculative-config '{"method": "eagle3", "num_speculative_tokens": 3}' --max-num-seqs 64
+
+``--speculative-config`` is vLLM's JSON: ``method`` and ``num_speculative_tokens`` are simulated (``ngram``
+and ``suffix`` propose by lookup, so their drafting costs nothing; model-based methods pay the profile's
+draft step), the keys that only tune a real drafter are accepted and ignored, any other key is refused
+with its name. Stats lines every ``VLLM_LOG_STATS_INTERVAL`` seconds (default 10) unless
+``--disable-log-stats``; ``--log-format`` picks the vLLM generation whose line shapes to print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from . import model, vllm_logfmt
+from .engine import Engine, EngineSettings
+from .faults import FaultPlan
+from .serve import LogSink, add_sim_flags, require_key, run_server
+from .vllm_api import VLLMAPI
+from .vllm_metrics import VLLMMetrics
+from .wire import ServerIdentity
+
+VLLM_VERSION = "0.33.0"
+# method -> draft cost: lookup proposers run no model
+METHODS = {"ngram": 0.0, "ngram_gpu": 0.0, "suffix": 0.0, "eagle": 1.0, "eagle3": 1.0, "mtp": 1.0,
+           "draft_model": 1.0, "medusa": 1.0, "mlp_speculator": 1.0}
+SIMULATED_KEYS = ("method", "num_speculative_tokens")
+# keys that tune a real drafter but not the simulated timing: accepted, ignored with a notice
+IGNORED_KEYS = frozenset({
+    "model", "prompt_lookup_max", "prompt_lookup_min", "draft_tensor_parallel_size", "max_model_len",
+    "quantization", "revision", "code_revision", "disable_padded_drafter_batch", "rejection_sample_method",
+    "draft_sample_method", "tokenizer", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "enforce_eager", "max_num_seqs"})
+MAX_SPEC_TOKENS = 32
+DEFAULT_STATS_INTERVAL_S = 10.0
+
+
+class SpecConfigError(ValueError):
+    pass
+
+
+def spec_from_config(raw: str | None) -> tuple[model.SpecConfig, float, list[str]]:
+    """vLLM's ``--speculative-config`` JSON → (the simulated config, the draft cost, the ignored keys)."""
+    if raw is None:
+        return model.SpecConfig(), 1.0, []
+    try:
+        cfg = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise SpecConfigError(f"--speculative-config: not valid JSON ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise SpecConfigError("--speculative-config: must be a JSON object")
+    unknown = sorted(k for k in cfg if k not in SIMULATED_KEYS and k not in IGNORED_KEYS)
+    if unknown:
+        raise SpecConfigError(f"--speculative-config: key {unknown[0]!r} cannot be simulated (simulated: "
+                              f"{', '.join(SIMULATED_KEYS)}; accepted and ignored: {', '.join(sorted(IGNORED_KEYS))})")
+    method = cfg.get("method")
+    if method is None:
+        method = "draft_model" if cfg.get("model") else None
+    if not isinstance(method, str):
+        raise SpecConfigError("--speculative-config: key 'method' is required (e.g. \"ngram\", \"eagle3\", \"mtp\")")
+    base = "mtp" if method.endswith("_mtp") else method
+    if base not in METHODS:
+        raise SpecConfigError(f"--speculative-config: key 'method': {method!r} is not one of "
+                              f"{', '.join(sorted(METHODS))} (or a *_mtp method)")
+    k = cfg.get("num_speculative_tokens")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPEC_TOKENS:
+        raise SpecConfigError(f"--speculative-config: key 'num_speculative_tokens' must be an integer from 1 to "
+                              f"{MAX_SPEC_TOKENS}, got {k!r}")
+    ignored = sorted(key for key in cfg if key in IGNORED_KEYS)
+    return model.SpecConfig(algorithm=method, num_steps=k, topk=1, num_draft_tokens=k + 1), METHODS[base], ignored
+
+
+def stats_interval(env: dict[str, str]) -> float:
+    """``VLLM_LOG_STATS_INTERVAL``: seconds; non-positive or unreadable values fall back to 10, as in vLLM."""
+    try:
+        v = float(env.get("VLLM_LOG_STATS_INTERVAL", DEFAULT_STATS_INTERVAL_S))
+    except ValueError:
+        return DEFAULT_STATS_INTERVAL_S
+    return v if math.isfinite(v) and v > 0 else DEFAULT_STATS_INTERVAL_S
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specwatch sim --engine vllm", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("words", nargs="*", metavar="[serve] MODEL", help="as `vllm serve MODEL` (both optional)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--speculative-config", "-sc", default=None, help="vLLM's JSON speculative config")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--disable-log-stats", action="store_true")
+    p.add_argument("--per-request-spec-decode-metrics", default="none", choices=["none", "summary", "detailed"])
+    p.add_argument("--api-key", default=None, help="answer 401 on /v1/… unless Authorization: Bearer <key> (as vLLM)")
+    p.add_argument("--ssl-certfile", default=None)
+    p.add_argument("--ssl-keyfile", default=None)
+    add_sim_flags(p, vllm_logfmt.GENERATIONS, vllm_logfmt.DEFAULT_GENERATION, "vLLM")
+    return p
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    words = list(args.words)
+    if words and words[0] == "serve":
+        words.pop(0)
+    args.model = args.model or (words.pop(0) if words else "simulated/Llama-3.1-8B-Instruct")
+    unknown = words + unknown
+    for name in ("port", "max_num_seqs", "max_model_len"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    try:
+        args.spec, args.draft_cost, args.ignored_keys = spec_from_config(args.speculative_config)
+    except SpecConfigError as exc:
+        parser.error(str(exc))
+    args.name = (args.served_model_name or [args.model])[0]
+    return args, unknown
+
+
+def server_args(args: argparse.Namespace) -> dict[str, Any]:
+    spec: model.SpecConfig = args.spec
+    return {"model": args.model, "served_model_name": args.name, "host": args.host, "port": args.port,
+            "max_num_seqs": args.max_num_seqs, "max_model_len": args.max_model_len,
+            "speculative_config": {"method": spec.algorithm, "num_speculative_tokens": spec.num_steps}
+            if spec.enabled else None}
+
+
+class StatsLogger:
+    """vLLM's periodic stats block, from the engine's lifetime counters (differenced per interval)."""
+
+    def __init__(self, engine: Engine, generation: str, interval_s: float, say: LogSink) -> None:
+        self.engine, self.generation, self.interval_s, self.say = engine, generation, interval_s, say
+        self.pid = os.getpid()
+        self._prev = self._totals()
+        self._prev_t = time.monotonic()
+        self._prev_idle = True
+
+    def _totals(self) -> tuple[int, ...]:
+        e = self.engine
+        return (e.prompt_tokens_total, e.generation_tokens_total, e.spec_drafts, e.spec_draft_tokens, e.spec_accepted,
+                *e.spec_accepted_pos)
+
+    def interval(self) -> vllm_logfmt.Interval:
+        now, cur = time.monotonic(), self._totals()
+        d = [c - p for c, p in zip(cur, self._prev, strict=True)]
+        e = self.engine
+        iv = vllm_logfmt.Interval(
+            elapsed_s=now - self._prev_t, prompt_tokens=d[0], generation_tokens=d[1], running=len(e.running),
+            waiting=len(e.waiting), kv_usage=e.used_tokens / e.s.profile.max_total_tokens, drafts=d[2],
+            draft_tokens=d[3], accepted=d[4], accepted_pos=tuple(d[5:]))
+        self._prev, self._prev_t = cur, now
+        return iv
+
+    def log_once(self) -> None:
+        iv = self.interval()
+        idle = vllm_logfmt.idle(iv)
+        quiet, self._prev_idle = idle and self._prev_idle, idle
+        if quiet:  # idle for two intervals in a row: vLLM logs the block at DEBUG
+            return
+        wall = time.time()
+        self.say(vllm_logfmt.engine_line(self.generation, iv, wall, self.pid))
+        e = self.engine
+        life = vllm_logfmt.Lifetime(draft_tokens=e.spec_draft_tokens, accepted=e.spec_accepted,
+                                    emitted=e.spec_accepted + e.spec_drafts, num_spec_tokens=e.s.spec.num_steps)
+        line = vllm_logfmt.spec_line(self.generation, iv, life, wall, self.pid)
+        if line is not None:
+            self.say(line)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            self.log_once()
+
+
+async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
+    gen = args.log_format
+    sink = LogSink(not args.quiet, args.log_file)
+    pid = os.getpid()
+
+    def info(msg: str, where: str = "api_server.py:1890") -> None:
+        sink(vllm_logfmt.prefix(gen, time.time(), pid, where) + msg)
+
+    settings = EngineSettings(profile=model.PROFILES[args.profile], spec=args.spec,
+                              max_running_requests=args.max_num_seqs, log_decode=False, log_prefill=False,
+                              seed=args.seed, draft_cost=args.draft_cost)
+    engine = Engine(settings, sink)
+    metrics = VLLMMetrics(args.name, engine)
+    engine.on_finish, engine.on_abort, engine.on_step = metrics.on_finish, metrics.on_abort, metrics.on_step
+    ident = ServerIdentity(args.model, args.name, VLLM_VERSION, server_args(args))
+    info(f"vLLM API server version {VLLM_VERSION} (specwatch sim)")
+    info(f"non-default args: {ident.server_args}", "utils.py:253")
+    if unknown:
+        info(f"specwatch sim: ignoring flags it does not simulate: {' '.join(unknown)}")
+    if args.ignored_keys:
+        info(f"specwatch sim: ignoring speculative-config keys it does not simulate: {', '.join(args.ignored_keys)}")
+    if args.load_seconds > 0:
+        await asyncio.sleep(args.load_seconds)
+    app = web.Application(client_max_size=8 * 1024 * 1024,
+                          middlewares=[require_key(args.api_key, lambda path: path.startswith("/v1"))])
+    faults = FaultPlan()
+    VLLMAPI(engine, ident, metrics.render, faults, args.per_request_spec_decode_metrics,
+            args.max_model_len).routes(app)
+    tasks: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = ()
+    if not args.disable_log_stats:
+        tasks = (StatsLogger(engine, gen, stats_interval(dict(os.environ)), sink).run,)
+    ready = [vllm_logfmt.prefix(gen, time.time(), pid, "entry.py:140") + "Starting vLLM server on {url}",
+             "INFO:     Application startup complete."]
+    return await run_server(args, app, engine, faults, sink, ready, tasks)
+
+
+def main(argv: list[str]) -> int:
+    args, unknown = parse(argv)
+    if args.explain:
+        e = model.explain(model.PROFILES[args.profile], args.spec, args.batch_size, draft_cost=args.draft_cost)
+        print(model.format_explanation(e))
+        return 0
+    import uvloop
+
+    try:
+        return int(uvloop.run(serve(args, unknown)))
+    except OSError as exc:
+        print(f"specwatch sim: cannot listen: {exc}", file=sys.stderr)
+        return 1

