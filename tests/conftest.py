@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "real"))
+pytest_plugins = ["realserver"]  # the real vLLM tier's fixtures (tests/real/realserver.py)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -213,7 +215,13 @@ class Pinger:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The fault matrix (tests/faults/), fault → outcome → recovered, in the summary whether captured or not."""
+    """The fault matrix (tests/faults/), fault → outcome → recovered, and the real vLLM tier's timings and
+    comparisons, in the summary whether captured or not."""
+    real = sys.modules.get("realserver")
+    if real is not None and (lines := real.summary_lines()):
+        terminalreporter.section("real vLLM server tier")
+        for line in lines:
+            terminalreporter.write_line("  " + line)
     mod = sys.modules.get("test_fault_matrix")
     rows = getattr(mod, "MATRIX", [])
     if not rows:

@@ -10,6 +10,7 @@ accept length = 1 + Δaccepted / Δdrafts, per-position acceptance = Δaccepted_
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -131,10 +132,12 @@ def samples_from_text(text: str, state: ScrapeState, now_s: float | None = None)
             if any(p > 1.0 for p in positions) or acc / drafts > MAX_POSITIONS:
                 state.rejected += 1
             else:
-                out.append(ServerSample(source="scrape", accept_length=1.0 + acc / drafts,
-                                        accept_rate=min(1.0, acc / drafted) if drafted else None,
-                                        accepted_tokens=int(acc), drafted_tokens=int(drafted),
-                                        position_acceptance=positions))
+                spec = dict(accept_length=1.0 + acc / drafts, accept_rate=min(1.0, acc / drafted) if drafted else None,
+                            accepted_tokens=int(acc), drafted_tokens=int(drafted), position_acceptance=positions)
+                if len(out) == 1:  # one engine: its load and its speculation in one sample
+                    out[0] = dataclasses.replace(out[0], **spec)  # type: ignore[arg-type]
+                else:
+                    out.append(ServerSample(source="scrape", **spec))  # type: ignore[arg-type]
         state.prev = dict(counters)
         state.prev_pos = dict(per_pos)
     return out

@@ -1,0 +1,119 @@
+"""The real-server tier's fixtures: a pinned CPU vLLM, installed once into its own cached environment,
+serving a tiny model built from local text. Nothing here is skipped: when the install or the start fails,
+the tests fail with that reason (CI always runs this tier). A plugin of the root conftest (not a
+conftest.py of its own, so that the root conftest stays the one module named ``conftest``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port, http_get
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import vllm_env  # noqa: E402
+
+START_TIMEOUT_S = 300.0
+TIMINGS: dict[str, float] = {}  # printed at the end of the run
+COMPARISONS: list[str] = []  # specwatch vs the server's own numbers, printed at the end
+
+
+@dataclass
+class RealServer:
+    port: int
+    k: int
+    log: Path
+    popen: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        with contextlib.suppress(ProcessLookupError):  # workers left behind
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
+
+def serve_command(port: int, k: int, stats_interval_s: float = 2.0) -> list[str]:
+    return [sys.executable, str(HERE / "serve_vllm.py"), "--port", str(port), "--k", str(k),
+            "--stats-interval", str(stats_interval_s)]
+
+
+@pytest.fixture(scope="session")
+def vllm_installed() -> dict[str, float]:
+    t0 = time.monotonic()
+    try:
+        took = vllm_env.ensure()
+    except vllm_env.SetupError as exc:
+        pytest.fail(f"the real vLLM tier cannot be set up here: {exc}", pytrace=False)
+    TIMINGS["install (s, 0 = cached)"] = took["install_s"]
+    TIMINGS["model build (s, 0 = cached)"] = took["model_s"]
+    TIMINGS["setup check (s)"] = time.monotonic() - t0
+    return took
+
+
+def start_server(tmp: Path, k: int, name: str) -> RealServer:
+    port = free_port()
+    log = tmp / f"{name}.log"
+    with log.open("wb") as fh:
+        popen = subprocess.Popen(serve_command(port, k), stdout=fh, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    server = RealServer(port, k, log, popen)
+    t0 = time.monotonic()
+    while True:
+        if popen.poll() is not None:
+            tail = "\n".join(server.output().splitlines()[-25:])
+            pytest.fail(f"vLLM ({name}) exited with {popen.returncode} before it was ready:\n{tail}", pytrace=False)
+        if "serve_vllm: EngineCore" in server.output() or "serve_vllm: not pinned" in server.output():
+            with contextlib.suppress(OSError):
+                if http_get(server.url + "/health")[0] == 200:
+                    break
+        if time.monotonic() - t0 > START_TIMEOUT_S:
+            server.stop()
+            tail = "\n".join(server.output().splitlines()[-25:])
+            pytest.fail(f"vLLM ({name}) not ready after {START_TIMEOUT_S:.0f} s:\n{tail}", pytrace=False)
+        time.sleep(0.5)
+    TIMINGS[f"start {name} (s)"] = time.monotonic() - t0
+    return server
+
+
+@pytest.fixture(scope="module")
+def spec_server(vllm_installed: dict[str, float], tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    """vLLM with ngram speculation, k = 3."""
+    server = start_server(tmp_path_factory.mktemp("vllm-spec"), 3, "vllm-ngram-k3")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def plain_server(vllm_installed: dict[str, float], tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    server = start_server(tmp_path_factory.mktemp("vllm-plain"), 0, "vllm-plain")
+    yield server
+    server.stop()
+
+
+def summary_lines() -> list[str]:
+    """For the root conftest's terminal summary."""
+    return [f"{name:32s} {value:8.1f}" for name, value in TIMINGS.items()] + COMPARISONS

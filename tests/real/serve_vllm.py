@@ -1,0 +1,121 @@
+"""Start the real vLLM server of the real-server tier, as our CPU machines need it, and keep it in the
+foreground until SIGTERM. Used by the tier's fixture and as ``sweep --launch``'s command (stdlib only).
+
+    python tests/real/serve_vllm.py --port 8000 [--k 3] [-- extra vllm serve flags]
+
+What it does beyond ``vllm serve``: preloads tcmalloc and Intel OpenMP (vLLM warns of a large loss without
+them), fixes the KV cache at 1 GiB and the memory share low (other processes run beside it), turns off
+torch.compile (``--enforce-eager``: the tiny model's compute is not what we measure, and it saves ~25 s per
+start), keeps every cache and temporary file inside the tier's cache directory, and, once ``/health``
+answers, pins every EngineCore thread to the Worker's CPU: left unpinned, the EngineCore's busy-wait shares
+the other core with the API server and the client and streams arrive in bursts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vllm_env
+
+TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4")
+MODEL_NAME = "tiny-llama"
+
+
+def command(port: int, k: int | None, extra: list[str]) -> list[str]:
+    cmd = [str(vllm_env.python()), str(vllm_env.shim()), "serve", str(vllm_env.model_dir()), "--host", "127.0.0.1",
+           "--port", str(port), "--served-model-name", MODEL_NAME, "--max-model-len", "2048",
+           "--gpu-memory-utilization", "0.3", "--enforce-eager", "--max-num-seqs", "64"]
+    if k:
+        cmd += ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": k,
+                                                    "prompt_lookup_max": 4, "prompt_lookup_min": 2})]
+    return cmd + extra
+
+
+def environment(stats_interval_s: float) -> dict[str, str]:
+    cache = vllm_env.cache_dir()
+    tmp = Path(tempfile.mkdtemp(prefix="vllm-", dir=cache))  # vLLM leaves vllm_dist_* files behind
+    preload = [p for p in (*TCMALLOC, str(vllm_env.venv_dir() / "lib" / "libiomp5.so")) if Path(p).exists()]
+    return {**os.environ, "LD_PRELOAD": ":".join(preload), "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_LOG_STATS_INTERVAL": str(stats_interval_s), "VLLM_CACHE_ROOT": str(cache / "vllm-cache"),
+            "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def processes(pgid: int) -> dict[str, int]:
+    """Process title → pid for the server's processes (``VLLM::EngineCore``, ``VLLM::Worker``)."""
+    found = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmdline = (d / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        if int(fields[2]) == pgid and cmdline.startswith("VLLM::"):
+            found[cmdline.strip()] = int(d.name)
+    return found
+
+
+def pin_engine_core(pgid: int) -> str:
+    procs = processes(pgid)
+    core = next((pid for name, pid in procs.items() if name.startswith("VLLM::EngineCore")), None)
+    worker = next((pid for name, pid in procs.items() if name.startswith("VLLM::Worker")), None)
+    if core is None or worker is None:
+        return f"not pinned: found {sorted(procs)}"
+    cpus = os.sched_getaffinity(worker)
+    for tid in os.listdir(f"/proc/{core}/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), cpus)
+    return f"EngineCore {core} pinned to the Worker's CPUs {sorted(cpus)}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--k", type=int, default=0, help="ngram draft tokens; 0: plain decoding")
+    p.add_argument("--stats-interval", type=float, default=2.0)
+    p.add_argument("--ready-timeout", type=float, default=300.0)
+    p.add_argument("extra", nargs="*")
+    a = p.parse_args()
+    try:
+        vllm_env.ensure()
+    except vllm_env.SetupError as exc:
+        print(f"serve_vllm: {exc}", file=sys.stderr, flush=True)
+        return 3
+    child = subprocess.Popen(command(a.port, a.k, a.extra), env=environment(a.stats_interval), stdin=subprocess.DEVNULL)
+    signal.signal(signal.SIGTERM, lambda *_: child.terminate())
+    deadline = time.monotonic() + a.ready_timeout
+    while child.poll() is None and not healthy(a.port):
+        if time.monotonic() > deadline:
+            print(f"serve_vllm: not healthy after {a.ready_timeout:.0f} s", file=sys.stderr, flush=True)
+            child.terminate()
+            break
+        time.sleep(0.5)
+    if child.poll() is None and os.environ.get("PIN_ENGINE_CORE", "1") != "0":
+        print(f"serve_vllm: {pin_engine_core(os.getpgid(child.pid))}", flush=True)
+    return child.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
