@@ -145,7 +145,8 @@ def _vllm(text: str) -> ServerSample:
 
 
 def _vllm_v0(text: str) -> ServerSample:
-    vals = {k: g.group(1) for k, r in V0_FIELDS.items() if (g := r.search(text))}
+    # V0 ended the line with a period ("Number of emitted tokens: 2850.")
+    vals = {k: g.group(1).rstrip(".") for k, r in V0_FIELDS.items() if (g := r.search(text))}
     if "rate" not in vals:
         raise LogLineError("Speculative metrics line without a draft acceptance rate")
     rate = _float(vals["rate"], "draft acceptance rate", 0.0, 1.0)
