@@ -16,6 +16,7 @@ import yaml
 from specwatch import config
 from specwatch.export.prometheus import Exporter
 from specwatch.sim import cli as sim_cli
+from specwatch.sim import vllm_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -122,28 +123,38 @@ def test_dockerfile_is_clean_under_hadolint():
     assert "USER 10001" in text and "HEALTHCHECK" in text and "/healthz" in text
 
 
-def test_kubernetes_manifests_validate_and_the_rule_crd_matches_the_rules_file():
+@pytest.mark.parametrize("engine", ["", "-vllm"])
+def test_kubernetes_manifests_validate_and_the_rule_crd_matches_the_rules_file(engine):
     kv = Path(sys.executable).with_name("kubernetes-validate")
-    core = [str(DEPLOY / "k8s" / n) for n in ("deployment.yaml", "service.yaml")]
+    core = [str(DEPLOY / "k8s" / f"{n}{engine}.yaml") for n in ("deployment", "service")]
     p = subprocess.run([str(kv), "--strict", *core], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     rule_crd = yaml.safe_load((DEPLOY / "k8s" / "prometheusrule.yaml").read_text())
     assert rule_crd["kind"] == "PrometheusRule" and rule_crd["spec"] == yaml.safe_load(RULES.read_text())
-    pm = yaml.safe_load((DEPLOY / "k8s" / "podmonitor.yaml").read_text())
-    dep = yaml.safe_load((DEPLOY / "k8s" / "deployment.yaml").read_text())
+    pm = yaml.safe_load((DEPLOY / "k8s" / f"podmonitor{engine}.yaml").read_text())
+    dep = yaml.safe_load((DEPLOY / "k8s" / f"deployment{engine}.yaml").read_text())
+    svc = yaml.safe_load((DEPLOY / "k8s" / f"service{engine}.yaml").read_text())
     labels = dep["spec"]["template"]["metadata"]["labels"]
     assert pm["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert svc["spec"]["selector"].items() <= labels.items()
     ports = {p["name"] for c in dep["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
     assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} <= ports
+    assert {p["targetPort"] for p in svc["spec"]["ports"]} <= ports
     sidecar = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "specwatch")
     assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
     check_run_args(sidecar["args"])
+    server = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] != "specwatch")
+    server_port = next(p["containerPort"] for p in server["ports"] if p["name"] == "http")
+    assert f"http://127.0.0.1:{server_port}" in sidecar["args"]
+    # readiness on the endpoint the server has: SGLang's /health_generate, vLLM's /health
+    assert server["readinessProbe"]["httpGet"]["path"] == ("/health" if engine else "/health_generate")
 
 
 def check_run_args(args: list[str]) -> None:
     """The command a manifest gives specwatch must pass specwatch's own strict config validation."""
     if args[0] == "sim":
-        sim_cli.parse(args[1:])
+        engine, rest = sim_cli.pick_engine(args[1:])
+        (vllm_cli.parse if engine == "vllm" else sim_cli.parse)(rest)
         return
     assert args[0] == "run"
     p = argparse.ArgumentParser()
@@ -151,7 +162,8 @@ def check_run_args(args: list[str]) -> None:
     config.load(p.parse_args(args[1:]), {})
 
 
-@pytest.mark.parametrize("name", ["docker-compose.yml", "docker-compose.sim.yml"])
+@pytest.mark.parametrize("name", ["docker-compose.yml", "docker-compose.sim.yml", "docker-compose.vllm.yml",
+                                  "docker-compose.vllm-sim.yml"])
 def test_compose_files_cross_check(name):
     doc = yaml.safe_load((DEPLOY / name).read_text())
     services = doc["services"]
@@ -165,9 +177,14 @@ def test_compose_files_cross_check(name):
         if "build" in svc:
             assert (DEPLOY / svc["build"]["context"] / svc["build"]["dockerfile"]).exists()
             check_run_args([a.replace("${BASELINE_TPS:-90}", "90") for a in svc["command"]])
-    # Prometheus scrapes services that exist, on the ports they listen on
-    prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    listen = {"specwatch": 9753, "sglang": 30000}
+    # the sidecar's target and baseline are services of this file, on the ports they listen on
+    cmd = services["specwatch"]["command"]
+    server_host, server_port = cmd[cmd.index("--server-url") + 1].removeprefix("http://").split(":")
+    assert server_host in services
+    listen = {"specwatch": 9753, server_host: int(server_port)}
+    # Prometheus (the config this file mounts) scrapes services that exist, on the ports they listen on
+    mounts = dict(v.split(":")[:2][::-1] for v in services["prometheus"]["volumes"])
+    prom = yaml.safe_load((DEPLOY / mounts["/etc/prometheus/prometheus.yml"]).read_text())
     for job in prom["scrape_configs"]:
         for target in job["static_configs"][0]["targets"]:
             host, port = target.split(":")
@@ -176,7 +193,6 @@ def test_compose_files_cross_check(name):
     am = prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"][0].split(":")[0]
     assert am in services
     # the rule file Prometheus loads is the one mounted
-    mounts = dict(v.split(":")[:2][::-1] for v in services["prometheus"]["volumes"])
     for rf in prom["rule_files"]:
         host_dir = mounts[str(Path(rf).parent)]
         assert (DEPLOY / host_dir / Path(rf).name).exists()
@@ -186,7 +202,7 @@ def test_compose_files_cross_check(name):
     assert (DEPLOY / gmounts[provider["providers"][0]["options"]["path"]]).resolve() == ROOT / "grafana" / "dashboards"
     # the specwatch sidecar and the server share the log volume
     spec_logs = [v for v in services["specwatch"]["volumes"] if v.endswith(":ro")]
-    assert spec_logs and spec_logs[0].split(":")[0] in {v.split(":")[0] for v in services["sglang"]["volumes"]}
+    assert spec_logs and spec_logs[0].split(":")[0] in {v.split(":")[0] for v in services[server_host]["volumes"]}
 
 
 def test_every_exported_metric_is_documented_in_the_readme():

@@ -3,6 +3,7 @@ checked against what the server itself reports (its counters, its log lines)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_aggregate_tokens_per_second_match_the_servers_generation_throughput(spe
     wait_until(lambda: len(engine_lines(spec_server.log)) >= n_before + 2, timeout_s=10, what="the next stats line")
     lines = engine_lines(spec_server.log)[n_before:]
     # an interval wholly inside the run: requests were running at its start (the line before) and its end
-    busy = [b for a, b in zip(lines, lines[1:], strict=False) if a.running and b.running]
+    busy = [b for a, b in itertools.pairwise(lines) if a.running and b.running]
     assert len(busy) >= 2, [(ln.stamp, ln.running) for ln in lines]
     server_tps = sum(ln.generation_tps for ln in busy) / len(busy)
     assert client_tps == pytest.approx(server_tps, rel=0.10)
