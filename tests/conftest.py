@@ -132,13 +132,14 @@ class Procs:
         self.procs.append(p)
         return p
 
-    def sim(self, *flags: str, name: str = "sim", control: bool = True) -> Proc:
+    def sim(self, *flags: str, name: str = "sim", control: bool = True, env: dict[str, str] | None = None) -> Proc:
+        """A simulator (``--engine vllm`` among ``flags`` for vLLM's flavour; its stats lines every 0.5 s)."""
         port = free_port()
         args = ["sim", "--port", str(port), *flags]
         cport = free_port() if control else None
         if cport:
             args += ["--control-port", str(cport)]
-        p = self.start(specwatch_cmd(*args), f"{name}-{port}")
+        p = self.start(specwatch_cmd(*args), f"{name}-{port}", env={"VLLM_LOG_STATS_INTERVAL": "0.5", **(env or {})})
         p.url = f"http://127.0.0.1:{port}"
         p.control = f"http://127.0.0.1:{cport}" if cport else ""
 

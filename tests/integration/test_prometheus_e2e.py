@@ -42,10 +42,18 @@ def alerts(base: str, name: str) -> list[dict]:
     return [a for a in doc["data"]["alerts"] if a["labels"]["alertname"] == name]
 
 
-def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str):
-    log = tmp / "sglang.log"
-    sim = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
-                    "--speculative-eagle-topk", "1", "--decode-log-interval", "10", "--log-file", str(log), "--quiet",
+def spec_flags(engine: str, steps: int) -> tuple[str, ...]:
+    """The same EAGLE-3 configuration in each server's own flags."""
+    if engine == "vllm":
+        return ("--engine", "vllm", "--speculative-config",
+                json.dumps({"method": "eagle3", "num_speculative_tokens": steps}))
+    return ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps), "--speculative-eagle-topk",
+            "1", "--decode-log-interval", "10")
+
+
+def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str, engine: str = "sglang"):
+    log = tmp / "server.log"
+    sim = procs.sim("--profile", "seed", *spec_flags(engine, steps), "--log-file", str(log), "--quiet",
                     name=f"sim{steps}")
     dport = free_port()
     procs.start(specwatch_cmd("run", "--server-url", sim.url, "--log-file", str(log), "--baseline-tps", "90",
@@ -68,8 +76,10 @@ def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str):
     return base, prom
 
 
-def test_dashboards_return_data_and_the_alert_fires_at_10_steps(procs, tmp_path, prometheus_bin):
-    base, _ = stack(procs, tmp_path, 10, prometheus_bin)
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_dashboards_return_data_and_the_alert_fires_at_10_steps(procs, tmp_path, prometheus_bin, engine):
+    """The same dashboards and alerts, unchanged, on an SGLang and on a vLLM target."""
+    base, _ = stack(procs, tmp_path, 10, prometheus_bin, engine)
     firing = wait_until(lambda: [a for a in alerts(base, "SpeculationBelowBaseline") if a["state"] == "firing"],
                         timeout_s=120, what="SpeculationBelowBaseline firing")
     assert float(firing[0]["value"]) == pytest.approx(60.6 / 90, rel=0.08)  # the speedup, as the alert shows it

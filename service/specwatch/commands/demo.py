@@ -1,5 +1,8 @@
 """``specwatch demo``: two simulators (EAGLE-3 and plain decoding) and the daemon, on this machine.
 
+``--engine vllm`` runs the simulator's vLLM flavour instead (vLLM's flags, streams, stats lines and
+``/metrics``, which the daemon then scrapes too).
+
 The simulators run as child processes (``specwatch sim``, seed profile, each in its own session so that
 Ctrl-C reaches the daemon first and it drains its probes); the daemon runs in this process with the live
 terminal view and serves /metrics. Ctrl-C stops everything.
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -24,31 +28,42 @@ from .run import Daemon
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="specwatch demo", description=__doc__)
     p.add_argument("--steps", type=int, default=5, help="draft steps of the speculative simulator (seed: 2 wins)")
-    p.add_argument("--port", type=int, default=30000, help="speculative simulator; baseline uses port+1")
+    p.add_argument("--engine", default="sglang", choices=("sglang", "vllm"), help="which server to simulate")
+    p.add_argument("--port", type=int, default=None,
+                   help="speculative simulator (default 30000, vLLM 8000); baseline port+1, control port+2")
     p.add_argument("--listen", default=config_mod.DEFAULT_LISTEN)
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
     p.add_argument("--view", default="auto", choices=("auto", "table", "log"))
     a = p.parse_args(argv)
+    vllm = a.engine == "vllm"
+    port = a.port or (8000 if vllm else 30000)
     tmp = Path(tempfile.mkdtemp(prefix="specwatch-demo-"))
-    log_file = tmp / "sglang.log"
-    spec_url, base_url = f"http://127.0.0.1:{a.port}", f"http://127.0.0.1:{a.port + 1}"
-    sim = [sys.executable, "-m", "specwatch", "sim", "--profile", "seed", "--quiet"]
+    log_file = tmp / f"{a.engine}.log"
+    spec_url, base_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
+    sim = [sys.executable, "-m", "specwatch", "sim", "--engine", a.engine, "--profile", "seed", "--quiet"]
+    if vllm:
+        spec = ["--speculative-config", json.dumps({"method": "eagle3", "num_speculative_tokens": a.steps})]
+    else:
+        spec = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(a.steps),
+                "--speculative-eagle-topk", "1"]
+    env = {"VLLM_LOG_STATS_INTERVAL": "2"}  # vLLM's default is 10 s: too slow for a demo
     servers = [
-        Server([*sim, "--port", str(a.port), "--speculative-algorithm", "EAGLE3", "--speculative-num-steps",
-                str(a.steps), "--speculative-eagle-topk", "1", "--log-file", str(log_file), "--control-port",
-                str(a.port + 2)]),
-        Server([*sim, "--port", str(a.port + 1)]),
+        Server([*sim, "--port", str(port), *spec, "--log-file", str(log_file), "--control-port", str(port + 2)],
+               env=env),
+        Server([*sim, "--port", str(port + 1)], env=env),
     ]
     try:
         for url, server in zip((spec_url, base_url), servers, strict=True):
             wait_ready(url, server, 30.0, poll_s=0.1)
         cfg = config_mod.check(config_mod.Config(
             server_url=spec_url, baseline_url=base_url, log_file=str(log_file), listen=a.listen, interval_s=2.0,
-            verdict_window_s=30, pause_s=0.5, max_tokens=200, view=a.view))
-        print(f"specwatch demo: EAGLE-3 ({a.steps} steps) at {spec_url}, plain decoding at {base_url}")
+            verdict_window_s=30, pause_s=0.5, max_tokens=200, view=a.view, server_metrics=vllm))
+        flavour = "vLLM" if vllm else "SGLang"
+        print(f"specwatch demo: simulated {flavour}, EAGLE-3 ({a.steps} steps) at {spec_url}, plain decoding at "
+              f"{base_url}")
         print(f"  page:     http://{a.listen}/   metrics: http://{a.listen}/metrics   "
               f"summary: http://{a.listen}/api/summary")
-        print(f"  simulate an acceptance collapse: curl -X POST 127.0.0.1:{a.port + 2}/control "
+        print(f"  simulate an acceptance collapse: curl -X POST 127.0.0.1:{port + 2}/control "
               "-d '{\"accept_scale\": 0.3}'")
         sys.stdout.flush()
         import uvloop

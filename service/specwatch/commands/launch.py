@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import LaunchError
@@ -27,12 +27,13 @@ READY_PATHS = ("/health_generate", "/health")
 class Server:
     """One launched server in its own process group, with its output in a file (or inherited)."""
 
-    def __init__(self, cmd: str | Sequence[str], out_path: Path | None = None) -> None:
+    def __init__(self, cmd: str | Sequence[str], out_path: Path | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
         self.out_path = out_path
         self.fh = out_path.open("wb") if out_path is not None else None
         self.proc = subprocess.Popen(cmd, shell=isinstance(cmd, str), stdout=self.fh,
                                      stderr=subprocess.STDOUT if self.fh else None, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     start_new_session=True, env={**os.environ, **env} if env else None)
 
     def tail(self, n: int = TAIL_LINES) -> str:
         if self.out_path is None:
