@@ -83,9 +83,11 @@ def text(s: Mapping[str, Any], domains: Mapping[str, Mapping[str, Any]], records
            f"p99 {ms(lat['inter_chunk']['p99'], unit=' ms')}",
            f"  Tokens/chunk:  mean {fmt(s['tokens_per_chunk']['mean'])}"]
     server = s["accept_length_server_per_request"] or s["accept_length_server_lifetime"]
+    scope = " (per request)" if s["accept_length_server_per_request"] else " (server lifetime)"
     out.append(f"  Accept length: client {fmt(s['accept_length_client'])}"
-               + (f", server {server:.2f}" if server is not None else "")
-               + ("" if s["accept_length_client"] is not None else "  (server reports no spec_verify_ct)"))
+               + (f", server {server:.2f}{scope}" if server is not None else "")
+               + ("" if s["accept_length_client"] is not None else "  (the server reports no verify rounds per "
+                                                                   "request)"))
     if (lat["schedule_lag"]["p99"] or 0) > 0.001:
         out.append(f"  Schedule lag:  p99 {ms(lat['schedule_lag']['p99'], unit=' ms')}  (latency is measured from "
                    "the intended start)")
