@@ -8,6 +8,7 @@ a line with a missing or mistyped field raises ``RecordFileError`` naming the li
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -77,6 +78,10 @@ def _request(d: dict[str, Any]) -> RequestRecord:
                                 "outcome": outcome, "spec": spec}))
     if len(rec.chunk_ns) != len(rec.chunk_tokens):
         raise RecordFileError("chunk_ns and chunk_tokens differ in length")
+    load = rec.server_load
+    if load is not None and (isinstance(load, bool) or not isinstance(load, (int, float))
+                             or not math.isfinite(load) or not 0 <= load <= 1e7):
+        raise RecordFileError(f"server_load: {load!r} is not a load")
     return rec
 
 

@@ -33,6 +33,8 @@ class Config:
     listen: str = DEFAULT_LISTEN
     baseline_tps: float | None = None
     baseline_url: str | None = None
+    baseline_curve: str | None = None
+    load_curve_window_s: int = 21_600
     rate_per_s: float | None = None
     concurrency: int = 1
     pause_s: float = 2.0
@@ -120,8 +122,8 @@ def check(cfg: Config) -> Config:
     sources = sum(1 for s in (cfg.log_file, cfg.log_cmd, cfg.log_stdin or None) if s)
     if sources > 1:
         raise ConfigError("log_file, log_cmd and log_stdin are alternatives: give at most one")
-    if cfg.baseline_tps is not None and cfg.baseline_url is not None:
-        raise ConfigError("baseline_tps and baseline_url are alternatives: give at most one")
+    if sum(x is not None for x in (cfg.baseline_tps, cfg.baseline_url, cfg.baseline_curve)) > 1:
+        raise ConfigError("baseline_tps, baseline_url and baseline_curve are alternatives: give at most one")
     intervals = max(cfg.windows) / cfg.interval_s
     if intervals > MAX_INTERVALS_KEPT:
         raise ConfigError(f"windows_s / interval_s: the longest window ({max(cfg.windows)} s) would keep "

@@ -122,6 +122,15 @@ def window_list(key: str, v: Any) -> str:
     return ",".join(parts)
 
 
+def int_list(key: str, v: Any) -> str:
+    s = str(v) if isinstance(v, int) and not isinstance(v, bool) else typed(str)(key, v)
+    parts = [p.strip() for p in s.split(",")]
+    if not parts or not all(p.isascii() and p.isdigit() and 0 < int(p) <= 10_000 for p in parts):
+        raise ConfigError(f"{key}: {s!r} must be a comma-separated list of stream counts from 1 to 10000, "
+                          "e.g. 1,4,16,32")
+    return ",".join(str(n) for n in sorted({int(p) for p in parts}))
+
+
 def ratio(key: str, v: Any) -> float:
     x = float(typed(float)(key, v))
     if not 0 <= x < 1:
@@ -155,6 +164,7 @@ class Option:
     help: str
     many: bool = False  # may be given several times (a list)
     flag: bool = True  # False: environment and config file only (secrets never go on a command line)
+    flag_name: str | None = None  # the flag, when it is not the key's (sweep's --concurrency takes a list)
 
 
 OPTIONS: dict[str, Option] = {
@@ -191,6 +201,10 @@ OPTIONS: dict[str, Option] = {
     "listen": Option(listen, f"HOST:PORT for /metrics and the API (default {DEFAULT_LISTEN})"),
     "baseline_tps": Option(positive(float, 1e9), "non-speculative decode tok/s to compare against"),
     "baseline_url": Option(url, "a non-speculative server probed A/B with the same prompts"),
+    "baseline_curve": Option(typed(str), "plain decoding's tok/s by load (a JSON file sweep --concurrency writes): "
+                                         "the verdict compares at the server's current load"),
+    "load_curve_window_s": Option(positive(int, 30 * 86_400), "how far back the speedup-by-load curve reaches, "
+                                                              "in seconds"),
     "pause_s": Option(at_least(float, 0, hi=DAY_S), "pause between a stream's probes in seconds"),
     "interval_s": Option(positive(float, 3600), "interval between window updates in seconds"),
     "verdict_window_s": Option(positive(int, 7 * 86_400), "window for tok/s, speedup and verdict, in seconds"),
@@ -210,6 +224,8 @@ OPTIONS: dict[str, Option] = {
     "ready_timeout_s": Option(positive(float, 7 * DAY_S), "wait this long for a launched server to become ready"),
     "grace_s": Option(positive(float, DAY_S), "seconds between SIGTERM and SIGKILL when stopping a server"),
     "out": Option(typed(str), "output directory"),
+    "concurrency_levels": Option(int_list, "closed loop: streams in flight; a list (1,4,16,32) benches every "
+                                           "configuration at each", flag_name="concurrency"),
 }
 
 
@@ -217,7 +233,8 @@ BOOL_KEYS = frozenset({"ignore_eos", "poisson", "log_stdin", "from_start", "serv
 
 
 def flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
+    opt = OPTIONS.get(key)
+    return "--" + (opt.flag_name if opt is not None and opt.flag_name else key).replace("_", "-")
 
 
 def add_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:

@@ -61,6 +61,7 @@ class RequestRecord:
     http_status: int | None = None  # when a response arrived
     error: str = ""
     spec: SpecStats | None = None
+    server_load: float | None = None  # running requests the server reported while it ran (None: unknown)
 
     @property
     def ok(self) -> bool:

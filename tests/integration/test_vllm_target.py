@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 
@@ -97,5 +98,34 @@ def test_demo_comes_up_with_a_verdict(tmp_path, engine):
         assert summary["server"]["last"]["vllm_spec" if engine == "vllm" else "sglang_decode"]["accept_length"]
         assert summary["verdict"]["speedup"] == pytest.approx(72 / 90, rel=0.08)
     finally:
-        d.popen.send_signal(signal.SIGINT)
+        d.popen.send_signal(signal.SIGINT)  # one signal: the demo drains, stops its simulators and exits
+        assert d.popen.wait(30) == 0
         ps.stop_all()
+    # no simulator outlives the demo
+    for sim_port in (port, port + 1):
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", sim_port), timeout=1).close()
+
+
+def test_demo_interrupted_twice_still_stops_its_simulators(tmp_path):
+    ps = Procs(tmp_path)
+    listen, port = free_port(), free_port()
+    d = ps.start(specwatch_cmd("demo", "--engine", "vllm", "--port", str(port), "--listen", f"127.0.0.1:{listen}",
+                               "--view", "log"), "demo")
+    try:
+        wait_until(lambda: http_get(f"http://127.0.0.1:{listen}/healthz", 1)[0] == 200, timeout_s=30,
+                   what="the demo's daemon")
+        d.popen.send_signal(signal.SIGINT)
+        d.popen.send_signal(signal.SIGINT)  # the second: exit at once
+        assert d.popen.wait(30) in (0, 130)
+    finally:
+        ps.stop_all()
+
+    def closed(p: int) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", p), timeout=1).close()
+        except OSError:
+            return True
+        return False
+
+    wait_until(lambda: closed(port) and closed(port + 1), timeout_s=10, what="the simulators gone")

@@ -11,7 +11,7 @@ from realserver import HERE
 
 
 def test_without_a_registry_the_setup_fails_naming_the_step(tmp_path):
-    env = {**os.environ, "SPECWATCH_REAL_CACHE": str(tmp_path), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
+    env = {**os.environ, "REALTIER_CACHE": str(tmp_path), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
            "PIP_FIND_LINKS": "", "PIP_RETRIES": "0"}
     p = subprocess.run([sys.executable, str(HERE / "vllm_env.py")], capture_output=True, text=True, env=env,
                        timeout=300)

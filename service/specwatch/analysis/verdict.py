@@ -3,7 +3,9 @@
 - the inputs come from one window: the probe's tok/s and accept length (the server's, from its logs, when
   the probes carry none), the baseline (fixed, or the A/B target's tok/s in the same window) and the
   per-request spread of both (``verdict_inputs``)
-- speedup = probe decode tok/s / baseline decode tok/s
+- speedup = probe decode tok/s / baseline decode tok/s, both at the load the server is under: the baseline
+  is the baseline curve's value at the window's load (``analysis/baseline``); when the load is unknown the
+  comparison is the idle one and the verdict says so (``load_known``); outside the curve it is unknown
 - cycle time = accept length / tok/s  (seconds per verify round, as the client sees it)
 - break-even accept length = cycle time * baseline tok/s: with this cycle time, speculation matches plain
   decoding only if each round yields that many tokens.
@@ -30,6 +32,9 @@ class VerdictInputs:
     baseline_tps: float | None
     requests: int  # successful probes in the window
     relative_stderr: float | None  # of the speedup
+    load: float | None = None  # the server's running requests over the window; None: unknown
+    baseline_status: str = "none"  # analysis.baseline.STATUSES: how the baseline at that load was had
+    baseline_load: float | None = None  # the load the baseline value stands for
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +46,25 @@ class Verdict:
     below_baseline: bool | None  # None until enough data
     relative_stderr: float | None = None
     accept_length: float | None = None
+    load: float | None = None  # running requests the comparison is at (None: unknown, compared as idle)
+    load_known: bool = False
+    baseline_status: str = "none"
+    baseline_load: float | None = None
 
 
 def verdict_inputs(spec: ProbeWindow, baseline: ProbeWindow | None, baseline_tps: float | None,
-                   server_accept_length: float | None) -> VerdictInputs:
-    """``baseline`` is the A/B target's window (then its tok/s is the baseline), else ``baseline_tps``."""
+                   server_accept_length: float | None, load: float | None = None, baseline_status: str = "none",
+                   baseline_load: float | None = None) -> VerdictInputs:
+    """``baseline`` is the A/B target's window (then its tok/s is the baseline), else ``baseline_tps`` (the
+    baseline curve's value at ``load``, or a fixed value)."""
     se = spec.tokens_per_second_relative_stderr
     if baseline is not None:
         baseline_tps = baseline.tokens_per_second
         se_b = baseline.tokens_per_second_relative_stderr
         se = None if se is None or se_b is None else math.hypot(se, se_b)
     accept = spec.accept_length if spec.accept_length is not None else server_accept_length
-    return VerdictInputs(spec.tokens_per_second, accept, baseline_tps, spec.ok, se)
+    return VerdictInputs(spec.tokens_per_second, accept, baseline_tps, spec.ok, se, load, baseline_status,
+                         baseline_load)
 
 
 def speedup(tps: float | None, baseline: float | None) -> float | None:
@@ -95,6 +107,8 @@ class Judge:
         ratio = speedup(x.tokens_per_second, baseline)
         cyc = cycle_seconds(x.accept_length, x.tokens_per_second)
         se = x.relative_stderr or 0.0
+        if x.baseline_status == "outside":
+            self.below = None  # no baseline at this load: the verdict is unknown, not the last one
         if ratio is not None and x.requests >= self.min_requests:
             confidently_below = ratio * (1.0 + t_critical(x.requests) * se) < 1.0
             if self.below is None:
@@ -103,4 +117,5 @@ class Judge:
                 self.below = False
             elif not self.below and confidently_below:
                 self.below = True
-        return Verdict(baseline, ratio, cyc, breakeven(cyc, baseline), self.below, x.relative_stderr, x.accept_length)
+        return Verdict(baseline, ratio, cyc, breakeven(cyc, baseline), self.below, x.relative_stderr, x.accept_length,
+                       x.load, x.load is not None, x.baseline_status, x.baseline_load)

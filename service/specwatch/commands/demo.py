@@ -69,6 +69,7 @@ def main(argv: list[str]) -> int:
         import uvloop
 
         daemon = Daemon(cfg)
+        daemon.exit_now_hooks += [server.kill_now for server in servers]
 
         async def run() -> int:
             if a.duration > 0:

@@ -41,6 +41,11 @@ class Server:
         lines = self.out_path.read_text(errors="replace").splitlines()
         return "\n".join("    | " + ln for ln in lines[-n:])
 
+    def kill_now(self) -> None:
+        """SIGKILL the whole process group, without waiting (for an exit that cannot wait)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
     def stop(self, grace_s: float) -> None:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):

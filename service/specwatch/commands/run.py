@@ -11,18 +11,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import IO, Any
 
 import aiohttp
 from aiohttp import web
 
 from .. import config as config_mod
+from ..analysis import baseline as baseline_mod
+from ..analysis.by_load import LoadVerdict, by_load
 from ..analysis.verdict import Judge, Verdict, verdict_inputs
 from ..errors import ConfigError
 from ..export.hlog import HlogWriter
@@ -38,6 +41,7 @@ from ..probe.detect import wait_for_target
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams
 from ..ratelog import RateLimited
+from ..recorder.load import LoadCurve, LoadTracker
 from ..recorder.observations import observe
 from ..recorder.samples import SampleWindows
 from ..recorder.stats import Stats
@@ -85,11 +89,21 @@ class Daemon:
         self.last_ok: dict[str, float] = {}
         self.summary: Summary | None = None
         self.history = History()
+        self.exit_now_hooks: list[Callable[[], None]] = []  # run before a second signal's immediate exit
         self.warn = RateLimited(log)
         self.exporter.baseline.set(cfg.baseline_tps if cfg.baseline_tps else float("nan"))
+        self.curve = baseline_mod.BaselineCurve.fixed(cfg.baseline_tps) if cfg.baseline_tps else \
+            baseline_mod.load(cfg.baseline_curve) if cfg.baseline_curve else None
+        self.load = LoadTracker(stale_s=max(30.0, 3 * cfg.interval_s))
+        self.load_curve = LoadCurve(cfg.load_curve_window_s)
+        self.by_load: LoadVerdict | None = None
 
     # ---- sinks (synchronous, per event) ------------------------------------------------------
     def on_record(self, rec: RequestRecord) -> None:
+        now = time.monotonic_ns()
+        rec = dataclasses.replace(rec, server_load=self.load.during(rec.sent_ns, rec.done_ns))
+        if rec.target == "spec" and not rec.warmup:
+            self.load_curve.add(rec, rec.server_load, now)
         obs = observe(rec)
         self.recorder.record(rec, obs)
         self.exporter.observe_record(rec, obs)
@@ -105,6 +119,7 @@ class Daemon:
         self.exporter.target_up.labels(target).set(1 if up else 0)
 
     def on_sample(self, s: ServerSample, channel: str) -> None:
+        self.load.add(s, time.monotonic_ns())
         self.samples.record(s, time.monotonic())
         self.exporter.observe_sample(s, channel)
 
@@ -170,9 +185,20 @@ class Daemon:
         vlabel = window_label(self.cfg.verdict_window_s)
         vw = views[vlabel]
         srv = self.samples.windows.get(self.cfg.verdict_window_s)
-        v = self.judge.update(verdict_inputs(vw["spec"], vw.get("baseline"), self.cfg.baseline_tps,
-                                             srv.accept_length if srv else None))
+        now = time.monotonic_ns()
+        load = self.load.current(now, self.cfg.verdict_window_s)
+        base_tps, status, base_load = None, "none", None
+        if self.cfg.baseline_url:
+            status, base_load = "ab", 1.0  # a baseline server that serves only the probes runs at one stream
+        elif self.curve is not None:
+            at = self.curve.at(load if load is not None else 1.0)  # unknown load: the idle comparison
+            base_tps, status, base_load = at.tokens_per_second, at.status, at.load
+        v = self.judge.update(verdict_inputs(vw["spec"], vw.get("baseline"), base_tps,
+                                             srv.accept_length if srv else None, load, status, base_load))
         self.exporter.set_verdict(v)
+        self.load_curve.expire(now)
+        self.by_load = by_load(self.load_curve.buckets(), self.curve, self.cfg.min_requests, load)
+        self.exporter.set_load(self.by_load)
         self.summary = self._summary(views, v)
         self.history.add(self.summary)
         self.exporter.tick_seconds.set(time.perf_counter() - t0)
@@ -186,7 +212,9 @@ class Daemon:
             targets={tg: TargetState(self.up.get(tg, False)) for tg in self.targets}, window=vlabel,
             probe=views[vlabel], windows=views,
             server=server_state(self.samples.last, {window_label(w): a for w, a in self.samples.windows.items()}),
-            verdict=v, log=log_state(self.source_name, self.source.state if self.source else None, self.ingest))
+            verdict=v, log=log_state(self.source_name, self.source.state if self.source else None, self.ingest),
+            by_load=self.by_load, baseline=self.curve.describe() if self.curve else
+            ("A/B: " + self.cfg.baseline_url if self.cfg.baseline_url else None))
 
     # ---- lifecycle -----------------------------------------------------------------------------
     async def main(self) -> int:
@@ -201,6 +229,9 @@ class Daemon:
                 self.stop.set()
             else:
                 kill_now(self.source)
+                for hook in self.exit_now_hooks:  # e.g. the demo's simulators, which would be orphaned
+                    with contextlib.suppress(Exception):
+                        hook()
                 os._exit(130)
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal went away
@@ -266,6 +297,8 @@ def main(argv: list[str]) -> int:
         cfg = config_mod.load(args)
         if cfg.prompts:
             prompt_sets.load(cfg.prompts)
+        if cfg.baseline_curve:
+            baseline_mod.load(cfg.baseline_curve)  # a wrong file is refused at start, naming the field
     except ConfigError as exc:
         print(f"specwatch run: {exc}", file=sys.stderr)
         return 2

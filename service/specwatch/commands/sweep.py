@@ -32,7 +32,8 @@ from typing import Any
 import orjson
 
 from .. import options
-from ..analysis import advisor, cost_model
+from ..analysis import advisor, cost_model, load_sweep
+from ..analysis import baseline as baseline_mod
 from ..analysis.server_log import SamplePool
 from ..errors import ConfigError, LaunchError, TargetError
 from ..export import sweep_report
@@ -43,12 +44,12 @@ from .launch import Server, wait_ready
 
 DEFAULTS: dict[str, Any] = {
     "launch": None, "param": [], "baseline_launch": None, "server_url": "http://127.0.0.1:30000", "targets": None,
-    "log_file": None, "api": "auto", "max_tokens": 500, "num_runs": 5, "warmup": 1, "concurrency": 1,
+    "log_file": None, "api": "auto", "max_tokens": 500, "num_runs": 5, "warmup": 1, "concurrency_levels": "1",
     "prompts": None, "temperature": 0.0, "connect_timeout_s": 5.0, "read_timeout_s": 60.0,
     "request_timeout_s": 600.0, "api_key": None, "api_key_file": None, "ca_file": None,
     "ready_timeout_s": 1800.0, "grace_s": 20.0, "out": "sweep-out",
 }
-BENCH_KEYS = ("api", "max_tokens", "num_runs", "warmup", "concurrency", "prompts", "temperature",
+BENCH_KEYS = ("api", "max_tokens", "num_runs", "warmup", "prompts", "temperature",
               "connect_timeout_s", "read_timeout_s", "request_timeout_s", "ca_file")
 
 
@@ -129,13 +130,21 @@ def run_one(a: dict[str, Any], spec: bench_cmd.BenchSpec, name: str, cfg: dict[s
         offset = log_path.stat().st_size if log_path and log_path.exists() else 0
         import uvloop
 
-        info, records = uvloop.run(bench_cmd.collect(spec, say=lambda m: print(m, flush=True)))
-        analysed = bench_cmd.analyse(info, records)
-        print(analysed.text, flush=True)
-        doc = analysed.doc
-        reasons = bench_cmd.all_failed(doc)
-        if reasons:
-            raise LaunchError(f"every request failed: {reasons}")
+        by_c: dict[str, dict[str, Any]] = {}
+        doc: dict[str, Any] = {}
+        for c in concurrency_levels(a):
+            spec_c = level_spec(spec, c)
+            if len(concurrency_levels(a)) > 1:
+                print(f"  -- concurrency {c}: {spec_c.num_runs} requests ({spec_c.warmup} warmup)", flush=True)
+            info, records = uvloop.run(bench_cmd.collect(spec_c, say=lambda m: print(m, flush=True)))
+            analysed = bench_cmd.analyse(info, records)
+            print(analysed.text, flush=True)
+            reasons = bench_cmd.all_failed(analysed.doc)
+            if reasons:
+                raise LaunchError(f"every request failed at concurrency {c}: {reasons}")
+            doc = doc or analysed.doc
+            by_c[str(c)] = {"results": analysed.doc["results"], "runs": analysed.doc["runs"]}
+        result["by_concurrency"] = by_c
         sinfo = doc["server_info"]
         steps, draft_tokens = speculation_of(str(sinfo.get("engine", "")), sinfo)
         result.update(status="ok", results=doc["results"], runs=doc["runs"], server_info=sinfo,
@@ -151,6 +160,18 @@ def run_one(a: dict[str, Any], spec: bench_cmd.BenchSpec, name: str, cfg: dict[s
             server.stop(a["grace_s"])
     result["finished"] = time.time()
     return result
+
+
+def concurrency_levels(a: dict[str, Any]) -> list[int]:
+    return [int(x) for x in str(a["concurrency_levels"]).split(",")]
+
+
+def level_spec(spec: bench_cmd.BenchSpec, c: int) -> bench_cmd.BenchSpec:
+    """At ``c`` streams: at least two requests per stream and one warmup per stream, so that every stream is
+    measured in its steady state."""
+    if c == 1:
+        return spec
+    return dataclasses.replace(spec, concurrency=c, num_runs=max(spec.num_runs, 2 * c), warmup=max(spec.warmup, c))
 
 
 def safe(name: str) -> str:
@@ -186,6 +207,12 @@ def plan(a: dict[str, Any]) -> list[Step]:
 
 def explain(results: list[dict[str, Any]]) -> str:
     """Print the table, the winner with its margin's 95% interval, and the advisor; returns the advice."""
+    multi = len(load_sweep.levels(results)) > 1
+    if multi:
+        for c in load_sweep.levels(results):
+            print(f"\n-- concurrency {c}\n" + sweep_report.table(at_level(results, c))[0])
+        results = at_level(results, load_sweep.levels(results)[0])
+        print("\n(the winner, advisor and tables below are at the lowest concurrency)")
     text, winner, _base_tps = sweep_report.table(results)
     print("\n" + text)
     if winner is not None:
@@ -200,6 +227,34 @@ def explain(results: list[dict[str, Any]]) -> str:
     advice = advisor.report(ms, cost_model.fit(ms), base_decode, range(1, max(12, *(m.steps for m in ms)) + 1))
     print("\n" + advice)
     return advice
+
+
+def at_level(results: list[dict[str, Any]], c: int) -> list[dict[str, Any]]:
+    """The sweep's results as measured at concurrency ``c`` (for the single-level tables and advisor)."""
+    out = []
+    for r in results:
+        x = load_sweep.cell(r, c)
+        out.append(r | x if x is not None else r)
+    return out
+
+
+def by_load(results: list[dict[str, Any]], out: Path) -> str:
+    """Per-load verdicts, schedule and batch model (printed), and the baseline curve file; '' for one level."""
+    if len(load_sweep.levels(results)) < 2:
+        return ""
+    lowest = at_level(results, load_sweep.levels(results)[0])
+    ms = advisor.from_results(lowest)
+    base = cost_model.fit(ms) if len(ms) >= 3 else None
+    steps = range(1, max(8, *(m.steps for m in ms)) + 1) if ms else range(1, 9)
+    text = load_sweep.report(results, base, steps)
+    print("\n" + text)
+    curve = load_sweep.baseline_curve(results, f"specwatch sweep, {time.strftime('%Y-%m-%d %H:%M')}")
+    if curve is not None:
+        baseline_mod.save(out / "baseline-curve.json", curve)
+        print(f"\nbaseline curve (plain decoding by load): {out / 'baseline-curve.json'} "
+              "(specwatch run --baseline-curve FILE)")
+    print(sweep_report.plot_load(out / "sweep-load.png", results))
+    return text
 
 
 def main(argv: list[str]) -> int:
@@ -237,8 +292,12 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: the current server was stopped; finished configurations are kept", flush=True)
-    _text, winner, base_tps = sweep_report.table(results)
+    load_text = by_load(results, out)
+    _text, winner, base_tps = sweep_report.table(at_level(results, load_sweep.levels(results)[0])
+                                                  if load_sweep.levels(results) else results)
     advice = explain(results)
+    if load_text:
+        advice = advice + "\n\n" + load_text if advice else load_text
     save_json(out / "sweep.json", {"configurations": results, "winner": winner["label"] if winner else None,
                                     "baseline_tokens_per_second": base_tps})
     sweep_report.write_csv(out / "sweep.csv", results)

@@ -9,6 +9,7 @@ positions up to ``max_positions``) and every label combination is initialised at
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -20,7 +21,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from .. import __version__
+from ..analysis.baseline import STATUSES as BASELINE_STATUSES
+from ..analysis.by_load import LoadVerdict
 from ..analysis.verdict import Verdict
+from ..recorder.load import LOAD_BUCKETS
 from ..recorder.observations import Observations
 from ..recorder.stats import HDR_METRICS
 from ..records import (
@@ -106,7 +110,28 @@ class Exporter:
         self.srv_metrics_up = Gauge("specwatch_server_metrics_up", "1 if the last scrape of the server's own "
                                     "/metrics (--server-metrics) succeeded.", registry=r)
         self.baseline = Gauge("specwatch_baseline_tokens_per_second", "Non-speculative decode tok/s.", registry=r)
-        self.speedup = Gauge("specwatch_speedup_ratio", "Probe decode tok/s divided by the baseline.", registry=r)
+        self.speedup = Gauge("specwatch_speedup_ratio", "Probe decode tok/s divided by the baseline at the server's "
+                             "current load.", registry=r)
+        self.load = Gauge("specwatch_server_load_running_requests", "The server's running requests over the verdict "
+                          "window (from its log lines or metrics; NaN: unknown).", registry=r)
+        self.load_known = Gauge("specwatch_server_load_known", "1 when the server's load is known (else the verdict "
+                                "compares as at idle).", registry=r)
+        self.baseline_load = Gauge("specwatch_baseline_load_running_requests", "The load the baseline value stands "
+                                   "for.", registry=r)
+        self.baseline_status = Gauge("specwatch_baseline_status", "1 for how the baseline at the current load was "
+                                     "had: measured, interpolated, held, extrapolated, outside, ab, none.",
+                                     ["status"], registry=r)
+        for st in BASELINE_STATUSES:
+            self.baseline_status.labels(st)
+        self.by_load = Gauge("specwatch_speedup_by_load_ratio", "Probe decode tok/s over the baseline at the same "
+                             "load, per load bucket (running requests, lower bound), over load_curve_window_s.",
+                             ["load_bucket"], registry=r)
+        self.by_load_requests = Gauge("specwatch_speedup_by_load_requests", "Probes in each load bucket.",
+                                      ["load_bucket"], registry=r)
+        self.crossover = Gauge("specwatch_speculation_crossover_running_requests", "Running requests above which "
+                               "speculation is slower than plain decoding (NaN: not seen).", registry=r)
+        self.past_crossover = Gauge("specwatch_speculation_past_crossover", "1 while the server's load is at or "
+                                    "above the crossover.", registry=r)
         self.speedup_se = Gauge("specwatch_speedup_ratio_relative_stderr",
                                 "Relative standard error of the speedup (per-request tok/s spread).", registry=r)
         self.below = Gauge("specwatch_speculation_below_baseline", "1 while speculation is slower than baseline.",
@@ -196,7 +221,25 @@ class Exporter:
             for metric in LATENCY_METRICS:
                 self.quant.values[(tg, label, metric)] = w.latency_s[metric]
 
+    def set_load(self, lv: LoadVerdict) -> None:
+        shown = {r.bucket for r in lv.buckets}
+        for r in lv.buckets:
+            _set(self.by_load.labels(str(r.bucket)), r.speedup)
+            self.by_load_requests.labels(str(r.bucket)).set(r.requests)
+        for b in LOAD_BUCKETS:
+            if b not in shown:
+                with contextlib.suppress(KeyError):
+                    self.by_load.remove(str(b))
+                    self.by_load_requests.remove(str(b))
+        _set(self.crossover, lv.crossover)
+        _set(self.past_crossover, None if lv.past_crossover is None else float(lv.past_crossover))
+
     def set_verdict(self, v: Verdict) -> None:
+        _set(self.load, v.load)
+        self.load_known.set(1 if v.load_known else 0)
+        _set(self.baseline_load, v.baseline_load)
+        for st in BASELINE_STATUSES:
+            self.baseline_status.labels(st).set(1 if st == v.baseline_status else 0)
         for gauge, value in ((self.baseline, v.baseline_tps), (self.speedup, v.speedup),
                              (self.speedup_se, v.relative_stderr), (self.cycle, v.cycle_s),
                              (self.breakeven, v.breakeven_accept_length),

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..analysis.by_load import LoadVerdict
 from ..analysis.verdict import Verdict
 from ..records import ProbeWindow, ServerSample, ServerWindow
 from ..server.ingest import LogIngest
@@ -48,6 +49,8 @@ class Summary:
     server: ServerState
     verdict: Verdict
     log: LogState
+    by_load: LoadVerdict | None = None  # speedup per load bucket, the crossover, past it or not
+    baseline: str | None = None  # what the baseline is: a fixed value, a curve, an A/B server
 
 
 def log_state(source: str | None, state: SourceState | None, ingest: LogIngest) -> LogState:

@@ -80,6 +80,38 @@ def plot(path: Path, results: list[dict[str, Any]], base_tps: float | None) -> s
     return f"plot: {path}"
 
 
+def plot_load(path: Path, results: list[dict[str, Any]]) -> str:
+    """Per-stream decode tok/s against concurrency, a line per configuration (plain decoding dashed)."""
+    from ..analysis import load_sweep
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "load plot skipped: install the plot extra (pip install 'specwatch[plot]')"
+    levels = load_sweep.levels(results)
+    plain = load_sweep.plain_of(results)
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for r in results:
+        if r.get("status") != "ok":
+            continue
+        pts = [(c, t) for c in levels if (t := load_sweep.stream_tps(r, c))]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if r is plain else "o-",
+                color="tab:red" if r is plain else None, label=r["label"] + (" (plain)" if r is plain else ""))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.set_xlabel("concurrency (streams in flight)")
+    ax.set_ylabel("per-stream decode tok/s")
+    ax.legend(loc="upper right")
+    ax.set_title("specwatch sweep: tok/s by concurrency")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return f"load plot: {path}"
+
+
 def per_request_tps(r: dict[str, Any]) -> list[float]:
     """The seed's per-request tok/s (output tokens / request time) of a finished configuration's runs."""
     return [x["output_tokens"] / x["service_s"] for x in r.get("runs", [])

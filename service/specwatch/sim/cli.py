@@ -22,7 +22,7 @@ from .engine import Engine, EngineSettings
 from .faults import FaultPlan
 from .native import NativeAPI
 from .openai import OpenAIAPI
-from .serve import LogSink, add_sim_flags, require_key, run_server
+from .serve import LogSink, add_sim_flags, check_sim_flags, explain_text, require_key, run_server, sim_profile
 from .sglang_metrics import SGLangMetrics
 from .wire import ServerIdentity
 
@@ -85,6 +85,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.max_running_requests is not None and args.max_running_requests < 1:
         parser.error("--max-running-requests must be >= 1")
+    check_sim_flags(parser, args)
     try:
         args.spec = model.SpecConfig.from_flags(args.speculative_algorithm, args.speculative_num_steps,
                                                 args.speculative_eagle_topk, args.speculative_num_draft_tokens)
@@ -118,7 +119,7 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
 
     max_running = args.max_running_requests or (48 if spec.enabled else 256)
     settings = EngineSettings(
-        profile=model.PROFILES[args.profile], spec=spec, max_running_requests=max_running,
+        profile=sim_profile(args), spec=spec, max_running_requests=max_running,
         decode_log_interval=args.decode_log_interval, stream_interval=args.stream_interval, log_family=family,
         log_decode=args.log_level in ("debug", "info"), log_ms=os.environ.get("SGLANG_LOG_MS", "") in ("1", "true"),
         seed=args.seed,
@@ -153,7 +154,7 @@ def main(argv: list[str]) -> int:
         return vllm_cli.main(rest)
     args, unknown = parse(rest)
     if args.explain:
-        print(model.format_explanation(model.explain(model.PROFILES[args.profile], args.spec, args.batch_size)))
+        print(explain_text(args, args.spec))
         return 0
     import uvloop
 

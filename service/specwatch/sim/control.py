@@ -29,17 +29,20 @@ def _scale(body: dict[str, Any], key: str) -> float:
 
 def control_routes(app: web.Application, engine: Engine, batch_size: int, faults: FaultPlan) -> None:
     def explained() -> dict[str, Any]:
-        return asdict(model.explain(engine.s.profile, engine.s.spec, batch_size))
+        return asdict(model.explain(engine.s.profile, engine.s.spec, batch_size, draft_cost=engine.s.draft_cost))
 
     async def truth(request: web.Request) -> web.Response:
         body = {"requests": list(engine.truth), "counters": dict(engine.counters),
+                "rounds": [{"end_ns": t, "batch_size": b, "tokens": n} for t, b, n in engine.rounds],
+                "prefills": [{"end_ns": t, "requests": b, "prompt_tokens": n} for t, b, n in engine.prefills],
                 "forward_ct_decode": engine.forward_ct_decode, "explain": explained(),
                 "faults": {"kind": faults.kind, "remaining": faults.remaining, "injected": faults.injected}}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def explain(request: web.Request) -> web.Response:
         bs = int(request.query.get("batch_size", batch_size))
-        body = asdict(model.explain(engine.s.profile, engine.s.spec, bs))
+        body = asdict(model.explain(engine.s.profile, engine.s.spec, bs, draft_cost=engine.s.draft_cost))
+        body["crossover"] = model.crossover(engine.s.profile, engine.s.spec, engine.s.draft_cost)
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def control(request: web.Request) -> web.Response:

@@ -53,6 +53,8 @@ class SimRequest:
     first_ns: int = 0
     last_ns: int = 0
     chunks: int = 0
+    batch_sum: int = 0  # sum of the batch sizes of the decode rounds it was in
+    rounds: int = 0
     finish_reason: dict[str, Any] | None = None
 
     @property
@@ -83,6 +85,9 @@ class Engine:
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []
         self.truth: collections.deque[dict[str, Any]] = collections.deque(maxlen=20_000)
+        # every decode round: (end ns, batch size, tokens produced); prefills: (end ns, requests, prompt tokens)
+        self.rounds: collections.deque[tuple[int, int, int]] = collections.deque(maxlen=50_000)
+        self.prefills: collections.deque[tuple[int, int, int]] = collections.deque(maxlen=20_000)
         self._wake = asyncio.Event()
         self._deadline: int | None = None
         self._pause_ns = 0
@@ -198,6 +203,7 @@ class Engine:
         running_before = len(self.running)
         self.prefill_ct += 1
         self.prompt_tokens_total += sum(r.prompt_tokens for r in batch)
+        self.prefills.append((now, len(batch), new_tokens))
         for r in batch:
             r.first_ns = now
             self.running.append(r)
@@ -222,9 +228,12 @@ class Engine:
         accepted_total = 0
         k = self.s.spec.num_steps
         pos = self.spec_accepted_pos
+        bs = len(batch)
         for r in batch:
             if r.finish_reason is not None:
                 continue
+            r.batch_sum += bs
+            r.rounds += 1
             n = 1
             if spec:
                 acc = model.draw_accepted(self.rng, r.cond)
@@ -244,7 +253,7 @@ class Engine:
                 self.on_step(r, n, now)
             self._append_tokens(r, n, now)
         self.spec_accepted += accepted_total
-        bs = len(batch)
+        self.rounds.append((now, bs, produced))
         self.forward_ct_decode += 1
         self._iv_accept_tokens += accepted_total + bs
         self._iv_forward += bs
@@ -302,5 +311,6 @@ class Engine:
             "rid": r.rid, "outcome": outcome, "domain": r.domain, "prompt_tokens": r.prompt_tokens,
             "completion_tokens": r.completion_tokens, "verify_ct": r.verify_ct,
             "accepted_drafts": r.accepted_drafts, "chunks": r.chunks, "arrival_ns": r.arrival_ns,
+            "mean_batch_size": r.batch_sum / r.rounds if r.rounds else None,
             "first_token_ns": r.first_ns, "last_token_ns": r.last_ns,
         })

@@ -3,6 +3,13 @@
 One decode *round* for a batch of ``bs`` running requests costs
 
     cycle_ms(bs) = (steps * draft_step_ms + verify_ms(draft_tokens)) * (1 + batch_cost * (bs - 1))
+                   + token_ms * (bs - 1) * draft_tokens
+
+The first term is the memory-bound floor (weights and KV cache read once per round, growing slowly with the
+batch); the second is compute: every extra request in the batch adds ``draft_tokens`` verified tokens at
+``token_ms`` each. At one stream the second term is zero (the seed table holds); under load speculation pays
+for every draft token it verifies, accepted or not, so its advantage shrinks and crosses plain decoding at
+the batch size ``crossover()`` solves for (``--explain --batch-sizes`` prints it).
 
 where ``verify_ms(d) = base_step_ms + verify_extra_ms * (1 - exp(-(d - 1) / verify_tau))``: one target
 pass over ``d`` tokens. With ``d = 1`` it is plain decoding (``base_step_ms``); the cost rises steeply and
@@ -71,6 +78,7 @@ class Profile:
     verify_tau: float
     accept_probs: tuple[float, ...]  # conditional, per draft position; the last repeats
     batch_cost: float = 0.015  # fractional cycle cost per extra running request
+    token_ms: float = 0.0  # compute per verified token of every extra running request
     prefill_base_ms: float = 6.0
     prefill_per_token_ms: float = 0.02
     domain_factors: dict[str, float] = field(default_factory=dict)
@@ -84,6 +92,9 @@ class Profile:
             base_step_ms=self.base_step_ms * cost_scale,
             draft_step_ms=self.draft_step_ms * cost_scale,
             verify_extra_ms=self.verify_extra_ms * cost_scale,
+            token_ms=self.token_ms * cost_scale,
+            prefill_base_ms=self.prefill_base_ms * cost_scale,
+            prefill_per_token_ms=self.prefill_per_token_ms * cost_scale,
         )
 
 
@@ -98,6 +109,7 @@ PROFILES: dict[str, Profile] = {
         verify_extra_ms=14.57,
         verify_tau=1.85,
         accept_probs=(0.62, 0.78, 0.05),
+        token_ms=0.06,  # 2 steps win up to ~17 running requests, then plain decoding does
         prefill_base_ms=80.0,  # a large TP8 MoE target: ~80 ms before the first token of a short prompt
         prefill_per_token_ms=0.05,
     ),
@@ -112,6 +124,7 @@ PROFILES: dict[str, Profile] = {
         accept_probs=(0.85, 0.78, 0.72, 0.66, 0.6, 0.55, 0.5),
         domain_factors={"code": 1.1, "math": 1.0, "summary": 1.02, "chat": 0.95, "creative": 0.8},
         temperature_slope=0.15,
+        token_ms=0.25,
         prefill_base_ms=15.0,
     ),
     # As fast as the simulator goes: for soak tests and client benchmarks, where the server must not be the
@@ -124,6 +137,7 @@ PROFILES: dict[str, Profile] = {
         verify_extra_ms=0.1457,
         verify_tau=1.85,
         accept_probs=(0.62, 0.78, 0.05),
+        token_ms=0.0006,
         prefill_base_ms=0.5,
         prefill_per_token_ms=0.0005,
     ),
@@ -140,10 +154,29 @@ def draft_ms(profile: Profile, spec: SpecConfig, draft_cost: float = 1.0) -> flo
     return spec.num_steps * profile.draft_step_ms * draft_cost if spec.enabled else 0.0
 
 
-def cycle_ms(profile: Profile, spec: SpecConfig, batch_size: int = 1, draft_cost: float = 1.0) -> float:
+def cycle_ms(profile: Profile, spec: SpecConfig, batch_size: float = 1, draft_cost: float = 1.0) -> float:
     width = spec.num_draft_tokens if spec.enabled else 1
     single = draft_ms(profile, spec, draft_cost) + verify_ms(profile, width)
-    return single * (1.0 + profile.batch_cost * max(0, batch_size - 1))
+    extra = max(0.0, batch_size - 1)
+    return single * (1.0 + profile.batch_cost * extra) + profile.token_ms * extra * width
+
+
+def crossover(profile: Profile, spec: SpecConfig, draft_cost: float = 1.0, domain: str = "chat",
+              temperature: float = 0.0) -> float | None:
+    """The batch size at which speculation's per-stream decode rate equals plain decoding's (both cycle
+    costs are linear in the batch size, so it is one division); 1.0 when speculation already loses at one
+    stream, None when it never loses."""
+    if not spec.enabled:
+        return None
+    al = expected_accept_length(conditional_probs(profile, spec, acceptance_factor(profile, domain, temperature)))
+    s1, p1 = cycle_ms(profile, spec, 1, draft_cost), cycle_ms(profile, SpecConfig(), 1)
+    ds = cycle_ms(profile, spec, 2, draft_cost) - s1  # cost per extra running request
+    dp = cycle_ms(profile, SpecConfig(), 2) - p1
+    gap = al * p1 - s1  # > 0: speculation wins at one stream
+    if gap <= 0:
+        return 1.0
+    slope = ds - al * dp  # how fast speculation's cost catches up per extra request
+    return 1.0 + gap / slope if slope > 0 else None
 
 
 def prefill_ms(profile: Profile, new_tokens: int) -> float:
@@ -252,4 +285,60 @@ def format_explanation(e: Explanation) -> str:
     ]
     if e.position_acceptance:
         lines.append("  per-position acceptance  " + ", ".join(f"{p:.3f}" for p in e.position_acceptance))
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPoint:
+    """Expected decode rates at ``streams`` concurrent closed-loop streams, prefill stalls included."""
+
+    streams: int
+    spec_tokens_per_second: float  # per stream: tokens after the first / (first token → last token)
+    plain_tokens_per_second: float
+    spec_aggregate: float  # all streams, every token, over the whole request cycle
+    plain_aggregate: float
+
+    @property
+    def speedup(self) -> float:
+        return self.spec_tokens_per_second / self.plain_tokens_per_second
+
+
+def load_point(profile: Profile, spec: SpecConfig, streams: int, prompt_tokens: int = 64, output_tokens: int = 256,
+               draft_cost: float = 1.0, domain: str = "chat", temperature: float = 0.0) -> LoadPoint:
+    """The arrival pattern: ``streams`` clients each send their next request as soon as the last ended (a
+    closed loop, like ``bench --concurrency``), prompts of ``prompt_tokens``, ``output_tokens`` each, every
+    request prefilled alone. While one request decodes, each of the other streams' next requests stalls the
+    batch for one prefill: per stream and request, ``streams - 1`` stalls after the first token."""
+    pf = prefill_ms(profile, prompt_tokens)
+
+    def rates(cfg: SpecConfig) -> tuple[float, float]:
+        al = expected_accept_length(conditional_probs(profile, cfg, acceptance_factor(profile, domain, temperature))) \
+            if cfg.enabled else 1.0
+        decode_ms = (output_tokens - 1) / al * cycle_ms(profile, cfg, streams, draft_cost if cfg.enabled else 1.0)
+        per_stream = 1000.0 * (output_tokens - 1) / (decode_ms + (streams - 1) * pf)
+        aggregate = 1000.0 * streams * output_tokens / (streams * pf + decode_ms)
+        return per_stream, aggregate
+
+    s, sa = rates(spec)
+    p, pa = rates(SpecConfig())
+    return LoadPoint(streams, s, p, sa, pa)
+
+
+def format_load_table(profile: Profile, spec: SpecConfig, points: list[LoadPoint], cross: float | None,
+                      prompt_tokens: int, output_tokens: int) -> str:
+    mode = f"{spec.algorithm} steps={spec.num_steps} draft_tokens={spec.num_draft_tokens}"
+    lines = [f"profile {profile.name}: {mode} against plain decoding, by load",
+             f"  arrival pattern: N closed-loop streams, {prompt_tokens}-token prompts, {output_tokens} output tokens,"
+             " each request prefilled alone (its prefill stalls the other N-1)",
+             f"  {'streams':>7}  {'spec tok/s':>10}  {'plain tok/s':>11}  {'speedup':>7}  "
+             f"{'spec aggregate':>14}  {'plain aggregate':>15}"]
+    for pt in points:
+        lines.append(f"  {pt.streams:>7}  {pt.spec_tokens_per_second:>10.1f}  {pt.plain_tokens_per_second:>11.1f}  "
+                     f"{pt.speedup:>7.3f}  {pt.spec_aggregate:>14.0f}  {pt.plain_aggregate:>15.0f}")
+    if cross is None:
+        lines.append("  crossover: none (speculation wins at every load)")
+    elif cross <= 1.0:
+        lines.append("  crossover: speculation loses already at one stream")
+    else:
+        lines.append(f"  crossover: {cross:.1f} running requests (above it plain decoding is faster per stream)")
     return "\n".join(lines)

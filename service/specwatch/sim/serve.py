@@ -59,6 +59,42 @@ def add_sim_flags(p: argparse.ArgumentParser, formats: dict[str, str], default_f
                    help="pretend to load weights for this long before the port opens")
     p.add_argument("--explain", action="store_true", help="print the expected numbers and exit")
     p.add_argument("--batch-size", type=int, default=1, help="with --explain: running requests")
+    p.add_argument("--batch-sizes", default=None, metavar="N,N,…",
+                   help="with --explain: the table by load (per-stream and aggregate tok/s, speculative and "
+                        "plain, prefill stalls included) and the crossover")
+    p.add_argument("--prompt-tokens", type=int, default=64, help="with --batch-sizes: prompt length")
+    p.add_argument("--output-tokens", type=int, default=256, help="with --batch-sizes: output length")
+    p.add_argument("--cost-scale", type=float, default=1.0,
+                   help="multiply every cost of the profile (same shape, faster or slower)")
+
+
+def explain_text(args: argparse.Namespace, spec: model.SpecConfig, draft_cost: float = 1.0) -> str:
+    """``--explain``: one batch size, or with ``--batch-sizes`` the table by load and the crossover."""
+    profile = sim_profile(args)
+    if not args.batch_sizes:
+        return model.format_explanation(model.explain(profile, spec, args.batch_size, draft_cost=draft_cost))
+    sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+    points = [model.load_point(profile, spec, n, args.prompt_tokens, args.output_tokens, draft_cost) for n in sizes]
+    return model.format_load_table(profile, spec, points, model.crossover(profile, spec, draft_cost),
+                                   args.prompt_tokens, args.output_tokens)
+
+
+def check_sim_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.batch_sizes is not None:
+        try:
+            sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+        except ValueError:
+            parser.error(f"--batch-sizes: {args.batch_sizes!r} is not a list of integers")
+        if not sizes or any(n < 1 or n > 100_000 for n in sizes):
+            parser.error("--batch-sizes: each must be from 1 to 100000")
+    if args.prompt_tokens < 1 or args.output_tokens < 2:
+        parser.error("--prompt-tokens must be >= 1 and --output-tokens >= 2")
+    if not 0.001 <= args.cost_scale <= 100:
+        parser.error("--cost-scale must be from 0.001 to 100")
+
+
+def sim_profile(args: argparse.Namespace) -> model.Profile:
+    return model.PROFILES[args.profile].with_overrides(cost_scale=args.cost_scale)
 
 
 async def run_server(args: argparse.Namespace, app: web.Application, engine: Engine, faults: FaultPlan,

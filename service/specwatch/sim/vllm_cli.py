@@ -28,7 +28,7 @@ from aiohttp import web
 from . import model, vllm_logfmt
 from .engine import Engine, EngineSettings
 from .faults import FaultPlan
-from .serve import LogSink, add_sim_flags, require_key, run_server
+from .serve import LogSink, add_sim_flags, check_sim_flags, explain_text, require_key, run_server, sim_profile
 from .vllm_api import VLLMAPI
 from .vllm_metrics import VLLMMetrics
 from .wire import ServerIdentity
@@ -123,6 +123,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     for name in ("port", "max_num_seqs", "max_model_len"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    check_sim_flags(parser, args)
     try:
         args.spec, args.draft_cost, args.ignored_keys = spec_from_config(args.speculative_config)
     except SpecConfigError as exc:
@@ -194,7 +195,7 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     def info(msg: str, where: str = "api_server.py:1890") -> None:
         sink(vllm_logfmt.prefix(gen, time.time(), pid, where) + msg)
 
-    settings = EngineSettings(profile=model.PROFILES[args.profile], spec=args.spec,
+    settings = EngineSettings(profile=sim_profile(args), spec=args.spec,
                               max_running_requests=args.max_num_seqs, log_decode=False, log_prefill=False,
                               seed=args.seed, draft_cost=args.draft_cost)
     engine = Engine(settings, sink)
@@ -225,8 +226,7 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
 def main(argv: list[str]) -> int:
     args, unknown = parse(argv)
     if args.explain:
-        e = model.explain(model.PROFILES[args.profile], args.spec, args.batch_size, draft_cost=args.draft_cost)
-        print(model.format_explanation(e))
+        print(explain_text(args, args.spec, args.draft_cost))
         return 0
     import uvloop
 

@@ -1,0 +1,65 @@
+"""Speedup by load and the crossover: where speculation stops paying off. Analysis stage; pure.
+
+Each load bucket's probe decode rate is divided by the baseline at the bucket's mean load (the curve's
+value there, ``analysis/baseline``); buckets with fewer than ``min_requests`` probes or no baseline at their
+load have no speedup. The crossover is where the speedup falls below 1 walking up the buckets: interpolated
+in log(load) between the last bucket at or above 1 and the first below; if the lowest measured bucket is
+already below 1, it is that bucket's mean load (speculation loses from there on, maybe earlier). The server
+is past the crossover when its current load is at or above it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..recorder.load import LoadBucket
+from .baseline import BaselineCurve
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpeedup:
+    bucket: int
+    requests: int
+    mean_load: float
+    tokens_per_second: float
+    baseline_tps: float | None
+    baseline_status: str
+    speedup: float | None
+    relative_stderr: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadVerdict:
+    buckets: tuple[LoadSpeedup, ...]
+    crossover: float | None  # running requests; None: not seen (yet)
+    past_crossover: bool | None  # None: load or crossover unknown
+
+
+def by_load(buckets: list[LoadBucket], curve: BaselineCurve | None, min_requests: int,
+            current_load: float | None) -> LoadVerdict:
+    rows = []
+    for b in buckets:
+        at = curve.at(b.mean_load) if curve is not None else None
+        base = at.tokens_per_second if at is not None else None
+        ok = base is not None and base > 0 and b.requests >= min_requests
+        rows.append(LoadSpeedup(b.bucket, b.requests, b.mean_load, b.tokens_per_second, base,
+                                at.status if at is not None else "none",
+                                b.tokens_per_second / base if ok and base else None, b.relative_stderr))
+    cross = crossover([r for r in rows if r.speedup is not None])
+    past = None if cross is None or current_load is None else current_load >= cross
+    return LoadVerdict(tuple(rows), cross, past)
+
+
+def crossover(rows: list[LoadSpeedup]) -> float | None:
+    prev: LoadSpeedup | None = None
+    for r in sorted(rows, key=lambda r: r.mean_load):
+        assert r.speedup is not None
+        if r.speedup < 1.0:
+            if prev is None or prev.speedup is None:
+                return r.mean_load
+            a, b = math.log(prev.mean_load), math.log(r.mean_load)
+            f = (prev.speedup - 1.0) / (prev.speedup - r.speedup) if prev.speedup != r.speedup else 0.0
+            return math.exp(a + f * (b - a))
+        prev = r
+    return None

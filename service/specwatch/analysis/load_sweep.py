@@ -1,0 +1,237 @@
+"""A sweep over concurrency: which configuration wins at which load, how sure, where each crosses plain
+decoding, the schedule that follows, the baseline curve, and the cost model's batch term. Analysis stage;
+pure (sweep results in, numbers and text out).
+
+Per configuration and concurrency the measure is per-stream decode tok/s (tokens after the first ÷ first →
+last token), the quantity the daemon's verdict and the baseline curve use; at a fixed concurrency it ranks
+configurations as aggregate throughput does. A band's winner is the fastest configuration there; its margin
+over plain decoding comes with a 95% interval from the per-request spread, and a margin whose interval holds
+zero is a tie (plain decoding is then the pick: speculation that cannot be told apart from it only costs).
+
+The batch term extends the single-stream cycle model (``cost_model.Fit``) as the simulator does:
+``cycle(s, n) = cycle(s, 1) · (1 + a·(n − 1)) + t·(n − 1)·d`` (``d`` = verify width), fitted by non-negative
+least squares to every measured (configuration, concurrency) cell; it predicts per-stream tok/s and the
+crossover for step counts and concurrencies the sweep did not run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .baseline import BaselineCurve, CurvePoint
+from .compare import Margin, margin
+from .cost_model import Fit
+
+
+def levels(results: list[dict[str, Any]]) -> list[int]:
+    return sorted({int(c) for r in results if r.get("status") == "ok" for c in r.get("by_concurrency", {})})
+
+
+def cell(r: dict[str, Any], c: int) -> dict[str, Any] | None:
+    return (r.get("by_concurrency") or {}).get(str(c))
+
+
+def stream_tps(r: dict[str, Any], c: int) -> float | None:
+    x = cell(r, c)
+    return x["results"].get("decode_tokens_per_second") if x else None
+
+
+def per_request(r: dict[str, Any], c: int) -> list[float]:
+    x = cell(r, c)
+    return [run["decode_tokens_per_second"] for run in (x or {}).get("runs", [])
+            if run.get("outcome") == "ok" and run.get("decode_tokens_per_second")]
+
+
+def plain_of(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    ok = [r for r in results if r.get("status") == "ok"]
+    return next((r for r in ok if r["label"] == "baseline"), None) or next((r for r in ok if r.get("steps") == 0),
+                                                                          None)
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    concurrency: int
+    winner: str  # the pick: the fastest, or plain decoding when the fastest ties with it
+    fastest: str
+    steps: int  # the pick's draft steps (0: no speculation)
+    tokens_per_second: float  # the fastest's per-stream decode tok/s
+    plain_tokens_per_second: float | None
+    margin: Margin | None  # the fastest over plain decoding
+
+
+def bands(results: list[dict[str, Any]]) -> list[Band]:
+    plain = plain_of(results)
+    out = []
+    for c in levels(results):
+        ok = [r for r in results if r.get("status") == "ok" and stream_tps(r, c)]
+        if not ok:
+            continue
+        fastest = max(ok, key=lambda r: stream_tps(r, c) or 0.0)
+        m = margin(per_request(fastest, c), per_request(plain, c)) if plain is not None and fastest is not plain \
+            else None
+        pick = plain if plain is not None and (fastest is plain or m is None or m.tie or m.ratio <= 0) else fastest
+        assert pick is not None
+        out.append(Band(c, pick["label"], fastest["label"], int(pick.get("steps") or 0),
+                        stream_tps(fastest, c) or 0.0, stream_tps(plain, c) if plain else None, m))
+    return out
+
+
+def crossovers(results: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Per speculative configuration: the concurrency where its per-stream rate falls below plain decoding's
+    (interpolated in log(load)); 1.0 when it loses from the first level, None when it never does."""
+    plain = plain_of(results)
+    if plain is None:
+        return {}
+    out: dict[str, float | None] = {}
+    for r in results:
+        if r is plain or r.get("status") != "ok" or not r.get("steps"):
+            continue
+        pts = [(c, s / p) for c in levels(results) if (s := stream_tps(r, c)) and (p := stream_tps(plain, c))]
+        out[r["label"]] = _cross(pts)
+    return out
+
+
+def _cross(pts: list[tuple[int, float]]) -> float | None:
+    prev = None
+    for c, sp in pts:
+        if sp < 1.0:
+            if prev is None:
+                return float(c)
+            (c0, s0) = prev
+            f = (s0 - 1.0) / (s0 - sp) if s0 != sp else 0.0
+            return math.exp(math.log(c0) + f * (math.log(c) - math.log(c0)))
+        prev = (c, sp)
+    return None
+
+
+def schedule(bs: list[Band], top: int | None = None) -> list[tuple[int, int, int]]:
+    """``[lo, hi, k]`` ranges of batch size, boundaries at the geometric middle between tested levels, the
+    last up to ``top`` (default twice the last level); adjacent ranges with the same k merged."""
+    out: list[tuple[int, int, int]] = []
+    for i, b in enumerate(bs):
+        lo = 1 if i == 0 else out[-1][1] + 1
+        hi = math.floor(math.sqrt(b.concurrency * bs[i + 1].concurrency)) if i + 1 < len(bs) else \
+            (top or 2 * b.concurrency)
+        hi = max(hi, lo)
+        if out and out[-1][2] == b.steps:
+            out[-1] = (out[-1][0], hi, b.steps)
+        else:
+            out.append((lo, hi, b.steps))
+    return out
+
+
+def vllm_schedule(ranges: list[tuple[int, int, int]]) -> str:
+    return '{"num_speculative_tokens_per_batch_size": [' + ", ".join(f"[{lo}, {hi}, {k}]" for lo, hi, k in ranges) \
+        + "]}"
+
+
+def sglang_advice(bs: list[Band]) -> str:
+    above = next((b for b in bs if b.steps == 0), None)
+    if above is None:
+        return "SGLang: speculation wins at every concurrency measured"
+    if above is bs[0]:
+        return "SGLang: plain decoding wins from the lowest concurrency measured: run without speculation"
+    prev = bs[bs.index(above) - 1]
+    return (f"SGLang: plain decoding wins above about {math.floor(math.sqrt(prev.concurrency * above.concurrency))} "
+            f"running requests (between {prev.concurrency} and {above.concurrency}): use --speculative-adaptive, "
+            "or route loads above that to a replica without speculation (--max-running-requests splits)")
+
+
+def baseline_curve(results: list[dict[str, Any]], source: str) -> BaselineCurve | None:
+    plain = plain_of(results)
+    if plain is None:
+        return None
+    pts = []
+    for c in levels(results):
+        x = cell(plain, c)
+        if x is not None and x["results"].get("decode_tokens_per_second"):
+            pts.append(CurvePoint(float(c), x["results"]["decode_tokens_per_second"], len(per_request(plain, c))))
+    return BaselineCurve(tuple(pts), source) if pts else None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFit:
+    base: Fit
+    a: float  # memory-bound growth per extra running request (fraction of the single-stream cycle)
+    t_s: float  # compute per verified token of every extra running request, seconds
+    cells: int
+
+    def cycle_s(self, steps: int, n: float) -> float:
+        d = steps + 1
+        return self.base.cycle_s(steps) * (1.0 + self.a * (n - 1)) + self.t_s * (n - 1) * d
+
+    def stream_tps(self, steps: int, n: float) -> float:
+        return self.base.accept_length(steps) / self.cycle_s(steps, n)
+
+    def crossover(self, steps: int) -> float | None:
+        al = self.base.accept_length(steps)
+        s1, p1 = self.base.cycle_s(steps), self.base.cycle_s(0)
+        gap = al * p1 - s1
+        if gap <= 0:
+            return 1.0
+        slope = (s1 * self.a + self.t_s * (steps + 1)) - al * (p1 * self.a + self.t_s)
+        return 1.0 + gap / slope if slope > 0 else None
+
+
+def fit_batch(results: list[dict[str, Any]], base: Fit) -> BatchFit | None:
+    """Least squares of the cells' cycle times for (a, t) ≥ 0, given the single-stream fit."""
+    rows: list[tuple[float, float, float]] = []
+    for r in results:
+        if r.get("status") != "ok":
+            continue
+        steps = int(r.get("steps") or 0)
+        for c in levels(results):
+            x = cell(r, c)
+            tps = stream_tps(r, c)
+            if x is None or not tps or c <= 1:
+                continue
+            al = x["results"].get("accept_length_client") or (r.get("log_accept_length") if steps else 1.0) or 1.0
+            c1 = base.cycle_s(steps)
+            rows.append(((al / tps) / c1 - 1.0, c - 1.0, (c - 1.0) * (steps + 1) / c1))
+    if not rows:
+        return None
+    s11 = sum(x1 * x1 for _, x1, _ in rows)
+    s12 = sum(x1 * x2 for _, x1, x2 in rows)
+    s22 = sum(x2 * x2 for _, _, x2 in rows)
+    b1 = sum(y * x1 for y, x1, _ in rows)
+    b2 = sum(y * x2 for y, _, x2 in rows)
+    det = s11 * s22 - s12 * s12
+    a, t = ((b1 * s22 - b2 * s12) / det, (b2 * s11 - b1 * s12) / det) if abs(det) > 1e-18 else (0.0, 0.0)
+    if a < 0 or t < 0:  # one of them at zero: fit the other alone
+        a1 = max(0.0, b1 / s11) if s11 else 0.0
+        t1 = max(0.0, b2 / s22) if s22 else 0.0
+        err_a = sum((y - a1 * x1) ** 2 for y, x1, _ in rows)
+        err_t = sum((y - t1 * x2) ** 2 for y, _, x2 in rows)
+        a, t = (a1, 0.0) if err_a <= err_t else (0.0, t1)
+    return BatchFit(base, a, t, len(rows))
+
+
+def report(results: list[dict[str, Any]], base: Fit | None, predict_steps: range) -> str:
+    """The per-concurrency verdicts, the schedule and (with a single-stream fit) the batch model."""
+    bs = bands(results)
+    if not bs:
+        return ""
+    lines = ["By load (per-stream decode tok/s; the winner's margin over plain decoding, 95% interval):"]
+    for b in bs:
+        vs = f" {b.margin.text()} vs plain" if b.margin is not None else ""
+        pick = "" if b.winner == b.fastest else f" -> {b.winner} (a tie is no reason to speculate)"
+        lines.append(f"  concurrency {b.concurrency:>4}: {b.fastest} at {b.tokens_per_second:.1f} tok/s{vs}{pick}")
+    for label, cross in crossovers(results).items():
+        text = "never (at the loads measured)" if cross is None else \
+            ("already at the lowest load" if cross <= min(levels(results)) else f"at ~{cross:.1f} running requests")
+        lines.append(f"  {label} crosses plain decoding {text}")
+    ranges = schedule(bs)
+    lines += ["", "Schedule (k = draft tokens, 0 = plain decoding):",
+              f"  vLLM: --speculative-config '{vllm_schedule(ranges)}'", "  " + sglang_advice(bs)]
+    if base is not None:
+        bf = fit_batch(results, base)
+        if bf is not None:
+            lines += ["", f"Batch term: cycle(s, n) = cycle(s, 1) x (1 + {bf.a:.4f} x (n-1)) + {bf.t_s * 1e3:.4f} ms "
+                          f"x (n-1) x (s+1), fitted to {bf.cells} cells", "Predicted crossover:"]
+            for s in predict_steps:
+                cross = bf.crossover(s)
+                text = "never" if cross is None else ("loses at one stream" if cross <= 1.0 else f"~{cross:.1f}")
+                lines.append(f"  steps {s:>2}: {text}")
+    return "\n".join(lines)

@@ -1,0 +1,126 @@
+"""The server's load over time, and the probes' decode rate by load. Recorder stage.
+
+``LoadTracker`` keeps the running-request counts the server reports — SGLang's decode lines
+(``#running-req``), vLLM's stats line (``Running: N reqs``) and either server's scraped gauge
+(``sglang:num_running_reqs``, ``vllm:num_requests_running``) — for a few minutes. A probe's load is the mean
+of the counts reported while it ran, or the last count before it ended when none came in meanwhile (a vLLM
+line comes every 10 s), unless that count is older than ``stale_s``: then the load is unknown. With DP
+ranks each scheduler reports its own batch: the load is their mean (the batch a probe joins).
+
+``LoadCurve`` sums each successful probe into its load bucket (a closed set: powers of two, the last open
+ended) over ``window_s`` (hours of production traffic), in O(1) per probe: per bucket the decode tokens and
+seconds, the per-request rates' sum and sum of squares (their spread), and the loads (the bucket's mean).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass
+
+from ..records import RequestRecord, ServerSample
+
+LOAD_SOURCES = ("sglang_decode", "vllm_engine", "scrape")  # ServerSample.source values whose running counts
+LOAD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # label = lower bound; 256 holds everything above
+MAX_SAMPLES = 10_000
+
+
+def bucket_of(load: float) -> int:
+    b = LOAD_BUCKETS[0]
+    for lo in LOAD_BUCKETS:
+        if load >= lo:
+            b = lo
+    return b
+
+
+class LoadTracker:
+    def __init__(self, stale_s: float = 30.0, keep_s: float = 900.0) -> None:
+        self.stale_ns = int(stale_s * 1e9)
+        self.keep_ns = int(keep_s * 1e9)
+        self.samples: collections.deque[tuple[int, int]] = collections.deque(maxlen=MAX_SAMPLES)
+
+    def add(self, s: ServerSample, now_ns: int) -> None:
+        if s.running is not None and s.source in LOAD_SOURCES:
+            self.samples.append((now_ns, s.running))
+            while self.samples and now_ns - self.samples[0][0] > self.keep_ns:
+                self.samples.popleft()
+
+    def during(self, t0_ns: int, t1_ns: int) -> float | None:
+        """Mean running requests reported in [t0, t1]; else the last report before t1 if fresh; else None."""
+        inside = [n for t, n in self.samples if t0_ns <= t <= t1_ns]
+        if inside:
+            return sum(inside) / len(inside)
+        before = next((n_t for n_t in reversed(self.samples) if n_t[0] <= t1_ns), None)
+        if before is not None and t1_ns - before[0] <= self.stale_ns:
+            return float(before[1])
+        return None
+
+    def current(self, now_ns: int, window_s: float) -> float | None:
+        return self.during(now_ns - int(window_s * 1e9), now_ns)
+
+
+@dataclass(slots=True)
+class _Sums:
+    n: int = 0
+    tokens: float = 0.0
+    seconds: float = 0.0
+    rate_sum: float = 0.0
+    rate_sq: float = 0.0
+    load_sum: float = 0.0
+
+    def add(self, sign: int, tokens: float, seconds: float, load: float) -> None:
+        rate = tokens / seconds
+        self.n += sign
+        self.tokens += sign * tokens
+        self.seconds += sign * seconds
+        self.rate_sum += sign * rate
+        self.rate_sq += sign * rate * rate
+        self.load_sum += sign * load
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBucket:
+    bucket: int
+    requests: int
+    mean_load: float
+    tokens_per_second: float
+    relative_stderr: float | None  # of tokens_per_second, from the per-request spread
+
+
+def decode_rate(rec: RequestRecord) -> tuple[float, float] | None:
+    """(decode tokens, decode seconds) of a successful probe, as the windows count them (``RequestRecord``)."""
+    if not rec.ok or rec.decode_ns <= 0 or rec.decode_tokens <= 0:
+        return None
+    return float(rec.decode_tokens), rec.decode_ns / 1e9
+
+
+class LoadCurve:
+    def __init__(self, window_s: float) -> None:
+        self.window_ns = int(window_s * 1e9)
+        self.sums = {b: _Sums() for b in LOAD_BUCKETS}
+        self.entries: collections.deque[tuple[int, int, float, float, float]] = collections.deque()
+
+    def add(self, rec: RequestRecord, load: float | None, now_ns: int) -> None:
+        rate = decode_rate(rec)
+        if rate is None or load is None or not math.isfinite(load):
+            return
+        b = bucket_of(load)
+        self.sums[b].add(1, rate[0], rate[1], load)
+        self.entries.append((now_ns, b, rate[0], rate[1], load))
+        self.expire(now_ns)
+
+    def expire(self, now_ns: int) -> None:
+        while self.entries and now_ns - self.entries[0][0] > self.window_ns:
+            _, b, tokens, seconds, load = self.entries.popleft()
+            self.sums[b].add(-1, tokens, seconds, load)
+
+    def buckets(self) -> list[LoadBucket]:
+        out = []
+        for b, s in self.sums.items():
+            if s.n <= 0 or s.seconds <= 0:
+                continue
+            mean = s.rate_sum / s.n
+            var = max(0.0, s.rate_sq / s.n - mean * mean) * s.n / (s.n - 1) if s.n > 1 else None
+            se = math.sqrt(var / s.n) / mean if var is not None and mean > 0 else None
+            out.append(LoadBucket(b, s.n, s.load_sum / s.n, s.tokens / s.seconds, se))
+        return out

@@ -1,0 +1,62 @@
+"""``specwatch sweep --concurrency``: every configuration at every load against the simulator, whose model
+states each crossover (``sim --explain --batch-sizes``). The sweep must find each within one concurrency
+step, print the schedule the model implies and write the baseline curve the daemon loads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import free_port, specwatch_cmd
+from specwatch.analysis import baseline as baseline_mod
+from specwatch.sim import model
+
+pytestmark = pytest.mark.integration
+LEVELS = (1, 4, 16, 32)
+
+
+def truth_crossover(steps: int) -> float | None:
+    return model.crossover(model.PROFILES["mixed"], model.SpecConfig.from_flags("EAGLE3", steps, 1, None))
+
+
+def test_sweep_over_concurrency_finds_each_crossover_and_prints_the_schedule(tmp_path):
+    port = free_port()
+    sim = f"{sys.executable} -m specwatch sim --profile mixed --cost-scale 0.5 --port {port} --seed 3"
+    out = tmp_path / "out"
+    p = subprocess.run(specwatch_cmd(
+        "sweep", "--out", str(out), "--launch", sim + " --speculative-algorithm EAGLE3 --speculative-num-steps "
+        "{steps} --speculative-eagle-topk 1", "--param", "steps=3,7", "--baseline-launch", sim, "--server-url",
+        f"http://127.0.0.1:{port}", "--concurrency", ",".join(map(str, LEVELS)), "--max-tokens", "128",
+        "--num-runs", "4", "--warmup", "1"), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    doc = json.loads((out / "sweep.json").read_text())
+    by = {c["label"]: c for c in doc["configurations"]}
+    assert all(set(c["by_concurrency"]) == {str(n) for n in LEVELS} for c in by.values())
+    # k=7 crosses plain decoding between 4 and 16 running requests (the model says ~13.6); k=3 never by 32
+    cross7, cross3 = truth_crossover(7), truth_crossover(3)
+    assert 4 < cross7 < 16 and cross3 > 32
+    line7 = next(ln for ln in p.stdout.splitlines() if ln.strip().startswith("steps=7 crosses"))
+    found = float(line7.split("~")[1].split()[0])
+    assert 4 < found <= 16, line7  # within the concurrency step that holds the truth
+    assert any(ln.strip() == "steps=3 crosses plain decoding never (at the loads measured)"
+               for ln in p.stdout.splitlines()), p.stdout[-3000:]
+    # per load band: speculation (k=3 or 7) at low load, and the schedule ready to paste
+    assert "concurrency    1: steps=" in p.stdout
+    sched = next(ln for ln in p.stdout.splitlines() if "num_speculative_tokens_per_batch_size" in ln)
+    ranges = json.loads(sched.split("'")[1])["num_speculative_tokens_per_batch_size"]
+    assert ranges[0][0] == 1 and ranges[0][2] in (3, 7)
+    assert all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:], strict=False))
+    assert "SGLang:" in p.stdout
+    # the baseline curve: plain decoding's per-stream rate at each load, falling with load
+    curve = baseline_mod.load(str(out / "baseline-curve.json"))
+    assert [pt.running for pt in curve.points] == [float(n) for n in LEVELS]
+    rates = [pt.tokens_per_second for pt in curve.points]
+    assert rates == sorted(rates, reverse=True)
+    plain = model.load_point(model.PROFILES["mixed"].with_overrides(cost_scale=0.5),
+                             model.SpecConfig.from_flags("EAGLE3", 3, 1, None), 1, output_tokens=128)
+    assert rates[0] == pytest.approx(plain.plain_tokens_per_second, rel=0.05)
+    assert (out / "sweep-load.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Batch term:" in p.stdout and "Predicted crossover:" in p.stdout
