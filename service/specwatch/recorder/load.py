@@ -7,8 +7,8 @@ of the counts reported while it ran, or the last count before it ended when none
 line comes every 10 s), unless that count is older than ``stale_s``: then the load is unknown. With DP
 ranks each scheduler reports its own batch: the load is their mean (the batch a probe joins).
 
-``LoadCurve`` sums each successful probe into its load bucket (a closed set: powers of two, the last open
-ended) over ``window_s`` (hours of production traffic), in O(1) per probe: per bucket the decode tokens and
+``LoadCurve`` sums each successful probe into its load bucket (a closed set: the nearest power of two, the
+last open ended) over ``window_s`` (hours of production traffic), in O(1) per probe: per bucket the decode tokens and
 seconds, the per-request rates' sum and sum of squares (their spread), and the loads (the bucket's mean).
 """
 
@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from ..records import RequestRecord, ServerSample
 
 LOAD_SOURCES = ("sglang_decode", "vllm_engine", "scrape")  # ServerSample.source values whose running counts
-LOAD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # label = lower bound; 256 holds everything above
+LOAD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the nearest power of two (in log scale); 256 and above
 MAX_SAMPLES = 10_000
 
 
 def bucket_of(load: float) -> int:
-    b = LOAD_BUCKETS[0]
-    for lo in LOAD_BUCKETS:
-        if load >= lo:
-            b = lo
-    return b
+    """The power of two nearest ``load`` in log scale: 32 holds ~22.6 to ~45.3 running requests, so a server
+    at "32" whose count dips to 31 now and then stays in one bucket."""
+    if load <= 1:
+        return 1
+    return min(LOAD_BUCKETS[-1], 2 ** round(math.log2(load)))
 
 
 class LoadTracker:
