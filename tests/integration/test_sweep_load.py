@@ -4,6 +4,7 @@ step, print the schedule the model implies and write the baseline curve the daem
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -48,7 +49,7 @@ def test_sweep_over_concurrency_finds_each_crossover_and_prints_the_schedule(tmp
     sched = next(ln for ln in p.stdout.splitlines() if "num_speculative_tokens_per_batch_size" in ln)
     ranges = json.loads(sched.split("'")[1])["num_speculative_tokens_per_batch_size"]
     assert ranges[0][0] == 1 and ranges[0][2] in (3, 7)
-    assert all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:], strict=False))
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
     assert "SGLang:" in p.stdout
     # the baseline curve: plain decoding's per-stream rate at each load, falling with load
     curve = baseline_mod.load(str(out / "baseline-curve.json"))

@@ -1,0 +1,152 @@
+"""Load-aware pieces, pure: the baseline curve (values, limits, file errors naming the field), the load
+tracker (staleness), the by-load buckets and crossover, the sweep's bands, schedule and batch fit, and the
+simulator's crossover against its own cycle costs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from specwatch.analysis import baseline as bl
+from specwatch.analysis import load_sweep
+from specwatch.analysis.by_load import by_load
+from specwatch.analysis.verdict import Judge, VerdictInputs
+from specwatch.errors import ConfigError
+from specwatch.recorder.load import LoadCurve, LoadTracker, bucket_of
+from specwatch.records import Outcome, RequestRecord, ServerSample
+from specwatch.sim import model
+
+CURVE = bl.BaselineCurve((bl.CurvePoint(1, 100.0), bl.CurvePoint(4, 80.0), bl.CurvePoint(16, 40.0)))
+
+
+def test_curve_interpolates_in_log_load_and_extrapolates_only_so_far():
+    assert CURVE.at(4).tokens_per_second == 80.0 and CURVE.at(4).status == "measured"
+    assert CURVE.at(2).tokens_per_second == pytest.approx(90.0) and CURVE.at(2).status == "interpolated"
+    assert CURVE.at(8).tokens_per_second == pytest.approx(60.0)
+    at = CURVE.at(20)  # within 1.5 x the last point: the last segment continued, said so
+    assert at.status == "extrapolated"
+    assert at.tokens_per_second == pytest.approx(40 - 40 * math.log(20 / 16) / math.log(4))
+    assert CURVE.at(25) == bl.BaselineAt(None, "outside", 25)  # beyond: unknown, never a guess
+    assert CURVE.at(0.5).status == "held"
+
+
+def test_a_fixed_baseline_is_a_one_point_curve_valid_at_low_load():
+    fixed = bl.BaselineCurve.fixed(90.0)
+    assert fixed.at(1.0).tokens_per_second == 90.0 and fixed.at(2.0).status == "measured"
+    assert fixed.at(3.0).tokens_per_second is None and fixed.at(3.0).status == "outside"
+
+
+def test_judge_forgets_its_state_when_the_baseline_is_unknown_at_this_load():
+    j = Judge(min_requests=3)
+    v = j.update(VerdictInputs(50.0, 2.0, 100.0, 10, 0.01, 8.0, "interpolated", 8.0))
+    assert v.below_baseline is True and v.load_known and v.load == 8.0
+    v = j.update(VerdictInputs(50.0, 2.0, None, 10, 0.01, 40.0, "outside", 40.0))
+    assert v.below_baseline is None and v.speedup is None and v.baseline_status == "outside"
+
+
+@pytest.mark.parametrize(("doc", "field"), [
+    ({"kind": "other"}, "kind"),
+    ({"kind": bl.KIND, "version": 2, "points": []}, "version"),
+    ({"kind": bl.KIND, "version": 1, "unit": "tokens_per_second", "points": [{"running": 1, "tokens_per_second": 1}]},
+     "unit"),
+    ({"kind": bl.KIND, "version": 1, "points": []}, "points"),
+    ({"kind": bl.KIND, "version": 1, "points": [{"running": 0, "tokens_per_second": 9}]}, "points[0].running"),
+    ({"kind": bl.KIND, "version": 1, "points": [{"running": 1, "tokens_per_second": "9"}]},
+     "points[0].tokens_per_second"),
+    ({"kind": bl.KIND, "version": 1, "points": [{"running": 1, "tokens_per_second": 1e300}]},
+     "points[0].tokens_per_second"),
+    ({"kind": bl.KIND, "version": 1, "points": [{"running": 2, "tokens_per_second": 9},
+                                                {"running": 2.0, "tokens_per_second": 8}]}, "same running load"),
+])
+def test_a_wrong_curve_file_is_refused_naming_the_field(tmp_path, doc, field):
+    path = tmp_path / "curve.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=re_field(field)):
+        bl.load(str(path))
+
+
+def re_field(field: str) -> str:
+    return field.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")
+
+
+def test_curve_file_round_trips(tmp_path):
+    bl.save(tmp_path / "c.json", CURVE)
+    assert bl.load(str(tmp_path / "c.json")).points == CURVE.points
+
+
+def sample(running: int) -> ServerSample:
+    return ServerSample(source="sglang_decode", running=running)
+
+
+def test_tracker_means_the_counts_during_a_probe_and_says_unknown_when_they_stop():
+    t = LoadTracker(stale_s=5)
+    for i, n in enumerate((4, 6, 8)):
+        t.add(sample(n), i * 10**9)
+    assert t.during(0, 2 * 10**9) == 6.0
+    assert t.during(int(2.5e9), int(3e9)) == 8.0  # none inside: the last one, still fresh
+    assert t.during(int(9e9), int(10e9)) is None  # the source stopped reporting: unknown
+    t.add(ServerSample(source="sglang_prefill", running=99), int(3e9))  # a prefill line's count is not the batch
+    assert t.during(int(3e9), int(3e9)) == 8.0  # the decode line's 8, not the prefill line's 99
+
+
+def rec(tokens_per_second: float, n: int = 11) -> RequestRecord:
+    step = int(1e9 / tokens_per_second)
+    return RequestRecord(api="sglang", target="spec", prompt_id="p", domain="chat", warmup=False, intended_ns=0,
+                         sent_ns=0, done_ns=n * step, chunk_ns=tuple(i * step for i in range(1, n + 1)),
+                         chunk_tokens=(1,) * n, tokens_exact=True, prompt_tokens=5, output_tokens=n,
+                         outcome=Outcome.OK)
+
+
+def test_by_load_speedup_and_crossover_from_buckets():
+    assert [bucket_of(x) for x in (0.5, 1, 1.4, 1.5, 3, 22, 23, 31.5, 45, 1e6)] == [1, 1, 1, 2, 4, 16, 32, 32, 32, 256]
+    lc = LoadCurve(3600)
+    for load, tps in ((1, 150.0), (4, 100.0), (16, 30.0)):
+        for _ in range(5):
+            lc.add(rec(tps), load, 0)
+    v = by_load(lc.buckets(), CURVE, 3, current_load=12.0)
+    sp = {b.bucket: b.speedup for b in v.buckets}
+    assert sp[1] == pytest.approx(1.5, rel=0.01) and sp[4] == pytest.approx(1.25, rel=0.01)
+    assert sp[16] == pytest.approx(0.75, rel=0.01)
+    # 1.25 at 4, 0.75 at 16: below 1 halfway in log(load), at 8
+    assert v.crossover == pytest.approx(8.0, rel=0.01) and v.past_crossover is True
+    lc.expire(3601 * 10**9)
+    assert lc.buckets() == []
+
+
+def test_simulator_crossover_is_where_its_two_cycle_costs_meet():
+    prof, cfg = model.PROFILES["mixed"], model.SpecConfig.from_flags("EAGLE3", 5, 1, None)
+    n = model.crossover(prof, cfg)
+    al = model.expected_accept_length(model.conditional_probs(prof, cfg, model.acceptance_factor(prof, "chat", 0)))
+    assert al / model.cycle_ms(prof, cfg, n) == pytest.approx(1 / model.cycle_ms(prof, model.SpecConfig(), n))
+    assert model.load_point(prof, cfg, math.floor(n), output_tokens=128).speedup > 1
+    assert model.load_point(prof, cfg, math.ceil(n), output_tokens=128).speedup < 1  # stalls do not move it
+    seed = model.PROFILES["seed"]
+    assert model.crossover(seed, model.SpecConfig.from_flags("EAGLE3", 5, 1, None)) == 1.0  # loses at one stream
+    assert model.explain(seed, model.SpecConfig.from_flags("EAGLE3", 2, 1, None), 1).tokens_per_second == \
+        pytest.approx(92.9, abs=0.1)  # the seed table holds at one stream
+
+
+def result(label: str, steps: int, rates: dict[int, float]) -> dict:
+    return {"label": label, "status": "ok", "steps": steps, "by_concurrency": {
+        str(c): {"results": {"decode_tokens_per_second": r, "accept_length_client": 1.0 + steps * 0.5},
+                 "runs": [{"outcome": "ok", "decode_tokens_per_second": r * f} for f in (0.97, 1.0, 1.03)]}
+        for c, r in rates.items()}}
+
+
+def test_sweep_bands_schedule_and_crossovers():
+    results = [result("baseline", 0, {1: 100, 4: 90, 16: 60, 32: 40}),
+               result("k=5", 5, {1: 200, 4: 150, 16: 58, 32: 30}),
+               result("k=2", 2, {1: 150, 4: 120, 16: 70, 32: 41})]
+    bands = load_sweep.bands(results)
+    assert [(b.concurrency, b.winner) for b in bands] == [(1, "k=5"), (4, "k=5"), (16, "k=2"), (32, "baseline")]
+    assert bands[3].fastest == "k=2" and bands[3].margin.tie  # 41 vs 40 within the noise: plain is the pick
+    assert load_sweep.schedule(bands) == [(1, 8, 5), (9, 22, 2), (23, 64, 0)]
+    assert load_sweep.vllm_schedule(load_sweep.schedule(bands)) == \
+        '{"num_speculative_tokens_per_batch_size": [[1, 8, 5], [9, 22, 2], [23, 64, 0]]}'
+    cross = load_sweep.crossovers(results)
+    assert 4 < cross["k=5"] < 16 and cross["k=2"] is None
+    assert "plain decoding wins above about 22" in load_sweep.sglang_advice(bands)
+    curve = load_sweep.baseline_curve(results, "test")
+    assert [(p.running, p.tokens_per_second) for p in curve.points] == [(1, 100), (4, 90), (16, 60), (32, 40)]
