@@ -70,6 +70,8 @@ def base(uid: str, title: str, desc: str) -> db.Dashboard:
 def verdict() -> db.Dashboard:
     below_map = [m.ValueMap(options={"0": m.ValueMappingResult(text="paying off", color="green"),
                                      "1": m.ValueMappingResult(text="SLOWER than baseline", color="red")})]
+    past_map = [m.ValueMap(options={"0": m.ValueMappingResult(text="below the crossover", color="green"),
+                                    "1": m.ValueMappingResult(text="PAST the crossover", color="red")})]
     d = variables(base("specwatch-verdict", "specwatch / Speculation verdict",
                        "Is speculative decoding paying off? Probe decode tok/s against the non-speculative "
                        "baseline, and the accept length against its break-even."))
@@ -111,6 +113,22 @@ def verdict() -> db.Dashboard:
                            q(f'specwatch_probe_tokens_per_chunk_mean{{{TSEL},window="1m"}}',
                              "{{target}} {{instance}}"),
                            desc="Tracks accept length: one chunk carries one verify round."))
+            .with_row(db.Row("Speedup by load"))
+            .with_panel(ts("Speedup by load bucket", "x",
+                           q(f"specwatch_speedup_by_load_ratio{{{SEL}}}", "{{load_bucket}} running {{instance}}"),
+                           desc="Probe decode tok/s over plain decoding's at the same load (the baseline curve), "
+                                "per load bucket (the nearest power of two), over load_curve_window_s of probes. "
+                                "Below 1.0 speculation loses at that load."))
+            .with_panel(ts("Load against the crossover", "none",
+                           q(f"specwatch_server_load_running_requests{{{SEL}}}", "load {{instance}}"),
+                           q(f"specwatch_speculation_crossover_running_requests{{{SEL}}}", "crossover {{instance}}",
+                             "B"),
+                           desc="Running requests on the server, and the load above which speculation is slower "
+                                "than plain decoding."))
+            .with_panel(st("Past the crossover", "none",
+                           q(f"specwatch_speculation_past_crossover{{{SEL}}}", "{{instance}}"),
+                           "1 while the server runs at or above the crossover (SpeculationLosingAtLoad after "
+                           "15 m).", mappings=past_map))
             .build())
 
 
