@@ -182,11 +182,11 @@ def test_parse_log_command(tmp_path):
                                      str(golden / "vllm_all_generations.log")), capture_output=True, text=True,
                        timeout=30)
     doc = json.loads(p.stdout)
-    assert doc["lines"] == {"parsed": 14, "ignored": 0, "malformed": 0, "skipped": 0}
+    assert doc["lines"] == {"parsed": 15, "ignored": 0, "malformed": 0, "skipped": 0}
     assert doc["series"]["sglang_decode/dp1"]["accept_length"]["mean"] == 3.47
     vllm = doc["series"]["vllm_spec/dp0"]
-    accepted = 6760 + 1853 + 1440 + 1100 + 2890 + 2604 + 7000
-    drafted = 12000 + 7500 + 27000 + 2000 + 6000 + 4000 + 10000
+    accepted = 6760 + 1853 + 1440 + 1100 + 2890 + 2604 + 7000 + 2800
+    drafted = 12000 + 7500 + 27000 + 2000 + 6000 + 4000 + 10000 + 4000
     assert vllm["draft_acceptance_rate_weighted"] == pytest.approx(accepted / drafted)
 
 
