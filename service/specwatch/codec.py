@@ -82,6 +82,9 @@ def _request(d: dict[str, Any]) -> RequestRecord:
     if load is not None and (isinstance(load, bool) or not isinstance(load, (int, float))
                              or not math.isfinite(load) or not 0 <= load <= 1e7):
         raise RecordFileError(f"server_load: {load!r} is not a load")
+    pc = rec.probe_concurrency
+    if pc is not None and (isinstance(pc, bool) or not isinstance(pc, int) or not 0 <= pc <= 1_000_000):
+        raise RecordFileError(f"probe_concurrency: {pc!r} is not a count")
     return rec
 
 

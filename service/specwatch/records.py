@@ -62,6 +62,7 @@ class RequestRecord:
     error: str = ""
     spec: SpecStats | None = None
     server_load: float | None = None  # running requests the server reported while it ran (None: unknown)
+    probe_concurrency: int | None = None  # this load's probes in flight when it was sent, itself included
 
     @property
     def ok(self) -> bool:

@@ -98,9 +98,9 @@ def test_every_alert_has_summary_description_runbook_and_the_runbook_exists():
     runbooks = (ROOT / "docs" / "runbooks.md").read_text()
     doc = yaml.safe_load(RULES.read_text())
     alerts = [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
-    assert {a["alert"] for a in alerts} == {"SpeculationBelowBaseline", "SpeculationLosingAtLoad", "AcceptLengthDropped",
-                                           "SpecwatchProbeFailing",
-                                           "SpecwatchLogStale", "SpecwatchDown"}
+    assert {a["alert"] for a in alerts} == {"SpeculationBelowBaseline", "SpeculationLosingAtLoad",
+                                           "AcceptLengthDropped", "SpecwatchProbeFailing", "SpecwatchLogStale",
+                                           "SpecwatchDown"}
     for a in alerts:
         assert {"summary", "description", "runbook_url"} <= set(a["annotations"]), a["alert"]
         anchor = a["annotations"]["runbook_url"].split("#")[1]

@@ -124,7 +124,8 @@ class Exporter:
         for st in BASELINE_STATUSES:
             self.baseline_status.labels(st)
         self.by_load = Gauge("specwatch_speedup_by_load_ratio", "Probe decode tok/s over the baseline at the same "
-                             "load, per load bucket (running requests, the nearest power of two), over load_curve_window_s.",
+                             "load, per load bucket (running requests, the nearest power of two), over "
+                             "load_curve_window_s.",
                              ["load_bucket"], registry=r)
         self.by_load_requests = Gauge("specwatch_speedup_by_load_requests", "Probes in each load bucket.",
                                       ["load_bucket"], registry=r)

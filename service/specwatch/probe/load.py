@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -63,6 +64,7 @@ class Load:
     sink: Sink
     stop: asyncio.Event
     limits: Timeouts = field(default_factory=Timeouts)
+    in_flight: list[int] = field(default_factory=lambda: [0])  # probes of this load in flight, now
 
     async def run(self) -> None:
         """Warm-up (sequential), then the measured phase until ``plan.requests`` or ``stop``."""
@@ -78,11 +80,17 @@ class Load:
     async def one(self, intended_ns: int, warmup: bool = False) -> RequestRecord:
         target, prompt = self.cycle.next()
         attempt = Attempt(target=target, prompt=prompt, warmup=warmup, intended_ns=intended_ns)
+        self.in_flight[0] += 1
+        mine = self.in_flight[0]  # the probe's own concurrency as it was sent, itself included
         try:
             rec = await execute(self.session, attempt, self.params, self.limits)
         except asyncio.CancelledError:
-            self.sink(attempt.finish(Outcome.CANCELLED, time.monotonic_ns(), "cancelled at shutdown"))
+            self.sink(dataclasses.replace(attempt.finish(Outcome.CANCELLED, time.monotonic_ns(),
+                                                         "cancelled at shutdown"), probe_concurrency=mine))
             raise
+        finally:
+            self.in_flight[0] -= 1
+        rec = dataclasses.replace(rec, probe_concurrency=mine)
         self.sink(rec)
         return rec
 
