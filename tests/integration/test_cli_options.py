@@ -23,3 +23,24 @@ def test_run_bench_and_sweep_share_flag_names_and_messages(command, flags, messa
                        text=True, timeout=30)
     assert p.returncode == 2
     assert p.stderr.strip() == f"specwatch {command}: {message}"
+
+
+@pytest.mark.parametrize(("curve", "message"), [
+    ('{"kind": "specwatch.baseline_curve", "version": 1, "unit": "tokens_per_second", "points": []}', "unit"),
+    ('{"kind": "specwatch.baseline_curve", "version": 1, "points": [{"running": -1, "tokens_per_second": 90}]}',
+     "points[0].running"),
+    ("not json", "not JSON"),
+])
+def test_run_refuses_a_wrong_baseline_curve_at_start_naming_the_field(tmp_path, curve, message):
+    path = tmp_path / "curve.json"
+    path.write_text(curve)
+    p = subprocess.run([sys.executable, "-m", "specwatch", "run", "--server-url", "http://127.0.0.1:9",
+                        "--baseline-curve", str(path)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "--baseline-curve" in p.stderr and message in p.stderr, p.stderr
+
+
+def test_a_baseline_is_one_of_three():
+    p = subprocess.run([sys.executable, "-m", "specwatch", "run", "--server-url", "http://127.0.0.1:9",
+                        "--baseline-tps", "90", "--baseline-curve", "x.json"], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 2 and "baseline_tps, baseline_url and baseline_curve are alternatives" in p.stderr

@@ -104,9 +104,9 @@ def _interp(a: CurvePoint, b: CurvePoint, load: float) -> float:
     return a.tokens_per_second + f * (b.tokens_per_second - a.tokens_per_second)
 
 
-def _num(v: Any, field: str, lo: float, hi: float) -> float:
+def _num(v: Any, where: str, field: str, lo: float, hi: float) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-        raise ConfigError(f"baseline curve: {field}: {v!r} is not a number from {lo:g} to {hi:g}")
+        raise ConfigError(f"{where}: {field}: {v!r} is not a number from {lo:g} to {hi:g}")
     return float(v)
 
 
@@ -132,8 +132,9 @@ def from_doc(doc: Any, where: str = "baseline curve") -> BaselineCurve:
         req = p.get("requests", 0)
         if isinstance(req, bool) or not isinstance(req, int) or req < 0:
             raise ConfigError(f"{where}: points[{i}].requests: {req!r} is not a count")
-        pts.append(CurvePoint(_num(p.get("running"), f"points[{i}].running", 1e-9, MAX_LOAD),
-                              _num(p.get("tokens_per_second"), f"points[{i}].tokens_per_second", 1e-9, MAX_TPS), req))
+        pts.append(CurvePoint(_num(p.get("running"), where, f"points[{i}].running", 1e-9, MAX_LOAD),
+                              _num(p.get("tokens_per_second"), where, f"points[{i}].tokens_per_second", 1e-9, MAX_TPS),
+                              req))
     pts.sort(key=lambda p: p.running)
     if any(math.isclose(a.running, b.running) for a, b in itertools.pairwise(pts)):
         raise ConfigError(f"{where}: points: two points at the same running load")
