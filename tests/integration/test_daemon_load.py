@@ -22,8 +22,8 @@ from specwatch.sim import model
 pytestmark = pytest.mark.integration
 SIM = ("--profile", "mixed", "--cost-scale", "0.5", "--seed", "5", "--decode-log-interval", "10", "--quiet")
 SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "7", "--speculative-eagle-topk", "1")
-WINDOW_S = 15
-PHASES = ((1, 8), (2, 8), (4, 20), (8, 10), (16, 10), (32, 22))  # (running requests, seconds at least)
+WINDOW_S = 12
+PHASES = ((1, 6), (2, 6), (4, 16), (8, 8), (16, 8), (32, 18))  # (running requests, seconds at least)
 CHECKED = {4: 0.0, 32: 1.0}  # load → below-baseline
 
 

@@ -74,18 +74,22 @@ def vllm_installed() -> dict[str, float]:
     return took
 
 
-def start_server(tmp: Path, k: int, name: str) -> RealServer:
+def launch(tmp: Path, k: int, name: str) -> RealServer:
     port = free_port()
     log = tmp / f"{name}.log"
     with log.open("wb") as fh:
         popen = subprocess.Popen(serve_command(port, k), stdout=fh, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
-    server = RealServer(port, k, log, popen)
-    t0 = time.monotonic()
+    return RealServer(port, k, log, popen)
+
+
+def wait_ready(server: RealServer, name: str, t0: float) -> None:
+    """Until ``/health`` answers and the EngineCore is pinned; a clear failure if it exits or never does."""
     while True:
-        if popen.poll() is not None:
+        if server.popen.poll() is not None:
             tail = "\n".join(server.output().splitlines()[-25:])
-            pytest.fail(f"vLLM ({name}) exited with {popen.returncode} before it was ready:\n{tail}", pytrace=False)
+            pytest.fail(f"vLLM ({name}) exited with {server.popen.returncode} before it was ready:\n{tail}",
+                        pytrace=False)
         if "serve_vllm: EngineCore" in server.output() or "serve_vllm: not pinned" in server.output():
             with contextlib.suppress(OSError):
                 if http_get(server.url + "/health")[0] == 200:
@@ -96,22 +100,34 @@ def start_server(tmp: Path, k: int, name: str) -> RealServer:
             pytest.fail(f"vLLM ({name}) not ready after {START_TIMEOUT_S:.0f} s:\n{tail}", pytrace=False)
         time.sleep(0.5)
     TIMINGS[f"start {name} (s)"] = time.monotonic() - t0
-    return server
 
 
-@pytest.fixture(scope="module")
-def spec_server(vllm_installed: dict[str, float], tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
-    """vLLM with ngram speculation, k = 3."""
-    server = start_server(tmp_path_factory.mktemp("vllm-spec"), 3, "vllm-ngram-k3")
-    yield server
-    server.stop()
+@pytest.fixture(scope="session")
+def real_servers(vllm_installed: dict[str, float], tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[dict[str, RealServer]]:
+    """vLLM with ngram speculation (k = 3) and without, started side by side (their start is mostly imports
+    and the two overlap well on two cores) and kept for the whole tier; the tests use one at a time."""
+    tmp = tmp_path_factory.mktemp("vllm")
+    servers = {"spec": launch(tmp, 3, "vllm-ngram-k3"), "plain": launch(tmp, 0, "vllm-plain")}
+    t0 = time.monotonic()
+    try:
+        for server in servers.values():
+            wait_ready(server, server.log.stem, t0)
+        TIMINGS["start both, side by side (s)"] = time.monotonic() - t0
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
 
 
-@pytest.fixture(scope="module")
-def plain_server(vllm_installed: dict[str, float], tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
-    server = start_server(tmp_path_factory.mktemp("vllm-plain"), 0, "vllm-plain")
-    yield server
-    server.stop()
+@pytest.fixture(scope="session")
+def spec_server(real_servers: dict[str, RealServer]) -> RealServer:
+    return real_servers["spec"]
+
+
+@pytest.fixture(scope="session")
+def plain_server(real_servers: dict[str, RealServer]) -> RealServer:
+    return real_servers["plain"]
 
 
 def summary_lines() -> list[str]:

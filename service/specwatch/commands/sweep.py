@@ -167,11 +167,11 @@ def concurrency_levels(a: dict[str, Any]) -> list[int]:
 
 
 def level_spec(spec: bench_cmd.BenchSpec, c: int) -> bench_cmd.BenchSpec:
-    """At ``c`` streams: at least two requests per stream and one warmup per stream, so that every stream is
-    measured in its steady state."""
+    """At ``c`` streams: at least two measured requests per stream (warmup stays sequential and as given: it
+    warms the server, while the closed loop's first round fills the batch at once)."""
     if c == 1:
         return spec
-    return dataclasses.replace(spec, concurrency=c, num_runs=max(spec.num_runs, 2 * c), warmup=max(spec.warmup, c))
+    return dataclasses.replace(spec, concurrency=c, num_runs=max(spec.num_runs, 2 * c))
 
 
 def safe(name: str) -> str:
@@ -275,7 +275,10 @@ def main(argv: list[str]) -> int:
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    # SIGINT too, explicitly: a sweep started from a script's background job inherits SIGINT ignored, and
+    # Ctrl-C / kill -INT must still stop the current server and keep what finished
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
     results: list[dict[str, Any]] = []
     interrupted = False
     try:
