@@ -66,7 +66,9 @@ def test_daemon_reads_vllms_lines_and_scrapes_its_load(procs, tmp_path):
 
 def test_sweep_templates_vllms_json_config_and_waits_on_health(tmp_path):
     port = free_port()
-    sim = f"{sys.executable} -m specwatch sim --engine vllm --profile seed --port {port} --load-seconds 1 --seed 1"
+    # vLLM logs its stats every 10 s by default: a short run would end before its first SpecDecoding line
+    sim = (f"VLLM_LOG_STATS_INTERVAL=1 {sys.executable} -m specwatch sim --engine vllm --profile seed "
+           f"--cost-scale 0.25 --port {port} --load-seconds 1 --seed 1")
     launch = sim + " --speculative-config '{\"method\": \"eagle3\", \"num_speculative_tokens\": {k}}'"
     p = subprocess.run(specwatch_cmd("sweep", "--out", str(tmp_path / "out"), "--launch", launch, "--param", "k=2,5",
                                      "--baseline-launch", sim, "--server-url", f"http://127.0.0.1:{port}",
