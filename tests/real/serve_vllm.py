@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes.util
 import json
 import os
 import signal
@@ -28,7 +29,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_env
 
-TCMALLOC = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4")
 MODEL_NAME = "tiny-llama"
 
 
@@ -45,7 +45,10 @@ def command(port: int, k: int | None, extra: list[str]) -> list[str]:
 def environment(stats_interval_s: float) -> dict[str, str]:
     cache = vllm_env.cache_dir()
     tmp = Path(tempfile.mkdtemp(prefix="vllm-", dir=cache))  # vLLM leaves vllm_dist_* files behind
-    preload = [p for p in (*TCMALLOC, str(vllm_env.venv_dir() / "lib" / "libiomp5.so")) if Path(p).exists()]
+    # tcmalloc by its soname, as the dynamic loader finds it (Debian's libtcmalloc-minimal4)
+    tcmalloc = ctypes.util.find_library("tcmalloc_minimal")
+    iomp = vllm_env.venv_dir() / "lib" / "libiomp5.so"
+    preload = [*([tcmalloc] if tcmalloc else []), *([str(iomp)] if iomp.exists() else [])]
     return {**os.environ, "LD_PRELOAD": ":".join(preload), "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_LOG_STATS_INTERVAL": str(stats_interval_s), "VLLM_CACHE_ROOT": str(cache / "vllm-cache"),
             "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
