@@ -46,20 +46,22 @@ def by_load(buckets: list[LoadBucket], curve: BaselineCurve | None, min_requests
         rows.append(LoadSpeedup(b.bucket, b.requests, b.mean_load, b.tokens_per_second, base,
                                 at.status if at is not None else "none",
                                 b.tokens_per_second / base if ok and base else None, b.relative_stderr))
-    cross = crossover([r for r in rows if r.speedup is not None])
+    cross = crossover([(r.mean_load, r.speedup) for r in rows if r.speedup is not None])
     past = None if cross is None or current_load is None else current_load >= cross
     return LoadVerdict(tuple(rows), cross, past)
 
 
-def crossover(rows: list[LoadSpeedup]) -> float | None:
-    prev: LoadSpeedup | None = None
-    for r in sorted(rows, key=lambda r: r.mean_load):
-        assert r.speedup is not None
-        if r.speedup < 1.0:
-            if prev is None or prev.speedup is None:
-                return r.mean_load
-            a, b = math.log(prev.mean_load), math.log(r.mean_load)
-            f = (prev.speedup - 1.0) / (prev.speedup - r.speedup) if prev.speedup != r.speedup else 0.0
-            return math.exp(a + f * (b - a))
-        prev = r
+def crossover(points: list[tuple[float, float]]) -> float | None:
+    """The load where speedup falls below 1 walking up ``(load, speedup)`` points: interpolated in log(load)
+    between the last point at or above 1 and the first below; the lowest load if that is already below 1;
+    None if no point is. The one rule for the daemon's buckets and the sweep's concurrency levels."""
+    prev: tuple[float, float] | None = None
+    for load, sp in sorted(points):
+        if sp < 1.0:
+            if prev is None:
+                return float(load)
+            load0, sp0 = prev
+            f = (sp0 - 1.0) / (sp0 - sp) if sp0 != sp else 0.0
+            return math.exp(math.log(load0) + f * (math.log(load) - math.log(load0)))
+        prev = (load, sp)
     return None

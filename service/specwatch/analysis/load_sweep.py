@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .baseline import BaselineCurve, CurvePoint
+from .by_load import crossover
 from .compare import Margin, margin
 from .cost_model import Fit
 
@@ -88,22 +89,9 @@ def crossovers(results: list[dict[str, Any]]) -> dict[str, float | None]:
     for r in results:
         if r is plain or r.get("status") != "ok" or not r.get("steps"):
             continue
-        pts = [(c, s / p) for c in levels(results) if (s := stream_tps(r, c)) and (p := stream_tps(plain, c))]
-        out[r["label"]] = _cross(pts)
+        pts = [(float(c), s / p) for c in levels(results) if (s := stream_tps(r, c)) and (p := stream_tps(plain, c))]
+        out[r["label"]] = crossover(pts)
     return out
-
-
-def _cross(pts: list[tuple[int, float]]) -> float | None:
-    prev = None
-    for c, sp in pts:
-        if sp < 1.0:
-            if prev is None:
-                return float(c)
-            (c0, s0) = prev
-            f = (s0 - 1.0) / (s0 - sp) if s0 != sp else 0.0
-            return math.exp(math.log(c0) + f * (math.log(c) - math.log(c0)))
-        prev = (c, sp)
-    return None
 
 
 def schedule(bs: list[Band], top: int | None = None) -> list[tuple[int, int, int]]:
