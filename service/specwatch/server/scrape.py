@@ -17,6 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -132,12 +133,13 @@ def samples_from_text(text: str, state: ScrapeState, now_s: float | None = None)
             if any(p > 1.0 for p in positions) or acc / drafts > MAX_POSITIONS:
                 state.rejected += 1
             else:
-                spec = dict(accept_length=1.0 + acc / drafts, accept_rate=min(1.0, acc / drafted) if drafted else None,
-                            accepted_tokens=int(acc), drafted_tokens=int(drafted), position_acceptance=positions)
+                spec: dict[str, Any] = {
+                    "accept_length": 1.0 + acc / drafts, "accept_rate": min(1.0, acc / drafted) if drafted else None,
+                    "accepted_tokens": int(acc), "drafted_tokens": int(drafted), "position_acceptance": positions}
                 if len(out) == 1:  # one engine: its load and its speculation in one sample
-                    out[0] = dataclasses.replace(out[0], **spec)  # type: ignore[arg-type]
+                    out[0] = dataclasses.replace(out[0], **spec)
                 else:
-                    out.append(ServerSample(source="scrape", **spec))  # type: ignore[arg-type]
+                    out.append(ServerSample(source="scrape", **spec))
         state.prev = dict(counters)
         state.prev_pos = dict(per_pos)
     return out
