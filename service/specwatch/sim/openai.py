@@ -16,6 +16,13 @@ from .text import count_prompt_tokens
 from .wire import SSE_HEADERS, BadRequest, Handlers, boolean, json_response, max_tokens, number, read_json
 
 
+def finish_reason(snap: Snapshot) -> str | None:
+    """The OpenAI ``finish_reason`` of a snapshot: None until it finishes, then "length" or "stop"."""
+    if not snap.finished or snap.finish_reason is None:
+        return None
+    return "length" if snap.finish_reason["type"] == "length" else "stop"
+
+
 def openai_prompt(body: dict[str, Any], chat: bool) -> str:
     """The prompt text of a completions or chat body (messages joined by a simple role template)."""
     if chat:
@@ -94,14 +101,9 @@ class OpenAIAPI(Handlers):
             return {"prompt_tokens": req.prompt_tokens, "completion_tokens": done,
                     "total_tokens": req.prompt_tokens + done}
 
-        def reason(snap: Snapshot) -> str | None:
-            if not snap.finished or snap.finish_reason is None:
-                return None
-            return "length" if snap.finish_reason["type"] == "length" else "stop"
-
         if not stream:
             last = await self.drive(req, None)
-            choice: dict[str, Any] = {"index": 0, "finish_reason": reason(last), "logprobs": None}
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(last), "logprobs": None}
             if chat:
                 choice["message"] = {"role": "assistant", "content": last.text, "reasoning_content": None,
                                      "tool_calls": None}
@@ -130,7 +132,7 @@ class OpenAIAPI(Handlers):
             nonlocal offset
             delta, offset = snap.text[offset:], len(snap.text)
             use = usage(snap.completion_tokens) if continuous else None
-            fin = reason(snap)
+            fin = finish_reason(snap)
             if chat:
                 await send([{"index": 0, "delta": {"content": delta}, "logprobs": None, "finish_reason": None}], use)
                 if fin is not None:

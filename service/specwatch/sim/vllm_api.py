@@ -20,7 +20,7 @@ from aiohttp import web
 
 from .engine import Engine, SimRequest, Snapshot
 from .faults import FaultPlan, FaultyStream, http_status
-from .openai import OpenAIParams
+from .openai import OpenAIParams, finish_reason
 from .text import count_prompt_tokens
 from .wire import SSE_HEADERS, BadRequest, Handlers, ServerIdentity, json_response, read_json, received_at
 
@@ -90,12 +90,6 @@ class VLLMAPI(Handlers):
             "num_accepted_draft_tokens": req.accepted_drafts, "num_draft_tokens": drafted,
             "num_spec_tokens": spec.num_steps}}
 
-    @staticmethod
-    def _reason(snap: Snapshot) -> str | None:
-        if not snap.finished or snap.finish_reason is None:
-            return None
-        return "length" if snap.finish_reason["type"] == "length" else "stop"
-
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
         try:
             p = OpenAIParams.parse(await read_json(request), chat, 16 if not chat else self.max_model_len)
@@ -111,7 +105,7 @@ class VLLMAPI(Handlers):
                 "created": int(time.time()), "model": self.ident.served_model_name}
         if not p.stream:
             last = await self.drive(req, None)
-            fin = self._reason(last)
+            fin = finish_reason(last)
             choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": fin, "stop_reason": None}
             if chat:
                 choice["message"] = {"role": "assistant", "content": last.text, "refusal": None, "tool_calls": []}
@@ -138,7 +132,7 @@ class VLLMAPI(Handlers):
             nonlocal offset, first
             delta, offset = snap.text[offset:], len(snap.text)
             use = {"usage": self._usage(req, snap.completion_tokens)} if continuous else {}
-            fin = self._reason(snap)
+            fin = finish_reason(snap)
             stop = {"stop_reason": None} if fin is not None else {}
             if chat:
                 if first:  # vLLM sends the role chunk with the first output, then that output's content
