@@ -120,7 +120,7 @@ def test_daemon_server_accept_length_is_the_servers_last_line(spec_server, procs
     assert engine["running"] is not None and engine["gen_throughput"] is not None
     _status, body = http_get(d.url + "/metrics")
     text = body.decode()
-    assert f'specwatch_server_accept_length{{source="log",dp_rank="0"}} {line.mean}' in text, \
+    assert f'specwatch_server_accept_length{{dp_rank="0",source="log"}} {line.mean}' in text, \
         [ln for ln in text.splitlines() if "server_accept_length" in ln]
     assert "specwatch_server_metrics_up 1.0" in text
     COMPARISONS.append(f"daemon: server accept length {last['accept_length']} = last line {line.mean}; "
