@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import TargetError
 from .client import get_json
@@ -43,25 +43,30 @@ MAX_POSITIONS = 64
 
 def vllm_speculation(text: str) -> tuple[int, float | None]:
     """From a vLLM ``/metrics`` text: (draft tokens per round k, 0 without speculation; lifetime mean
-    acceptance length 1 + accepted / drafts, None before the first draft). Pure; an exposition that does not
-    parse says nothing (0, None)."""
+    acceptance length 1 + accepted / drafts, None before the first draft). Pure; reads three series only."""
     positions: set[int] = set()
-    totals = {VLLM_DRAFTS: 0.0, VLLM_ACCEPTED: 0.0}
-    try:
-        for fam in text_string_to_metric_families(text):
-            for sm in fam.samples:
-                if not math.isfinite(sm.value) or sm.value < 0:
-                    continue
-                pos = sm.labels.get("position", "")
-                if sm.name == VLLM_PER_POS and pos.isascii() and pos.isdigit() and int(pos) < MAX_POSITIONS:
-                    positions.add(int(pos))
-                elif sm.name in totals:
-                    totals[sm.name] += sm.value
-    except ValueError:
-        return 0, None
-    drafts = totals[VLLM_DRAFTS]
+    drafts = accepted = 0.0
+    for line in text.splitlines():
+        if not line.startswith("vllm:spec_decode_num_"):
+            continue
+        name, _, rest = line.partition("{")
+        value = rest.rpartition("}")[2].split()
+        try:
+            v = float(value[0]) if value else math.nan
+        except ValueError:
+            continue
+        if not math.isfinite(v) or v < 0:
+            continue
+        if name == VLLM_PER_POS:
+            m = re.search(r'position="(\d{1,3})"', rest)
+            if m and int(m.group(1)) < MAX_POSITIONS:
+                positions.add(int(m.group(1)))
+        elif name == VLLM_DRAFTS:
+            drafts += v
+        elif name == VLLM_ACCEPTED:
+            accepted += v
     k = max(positions) + 1 if positions else 0
-    return k, (1.0 + totals[VLLM_ACCEPTED] / drafts if drafts > 0 else None)
+    return k, (1.0 + accepted / drafts if drafts > 0 else None)
 
 
 async def get_text(session: aiohttp.ClientSession, url: str) -> str | None:
