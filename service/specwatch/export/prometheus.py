@@ -1,6 +1,7 @@
 """Prometheus exporter: the public metric contract (``specwatch_*``).
 
-Exporter stage. Probe counters and histograms are updated at event time (one call per record / sample);
+Exporter stage. Probe counters and histograms are updated per record (vectorised, from the recorder's
+batches);
 windowed gauges and HDR-exact quantiles are copied from the recorder's ``ProbeWindow``s on the interval tick;
 log-source counters are read from the sources at scrape time (``SourceCollector``), so they are kept in one
 place only. Every label value comes from a closed set (targets from config, outcomes, windows, quantiles,
@@ -27,6 +28,7 @@ from ..analysis.verdict import Verdict
 from ..recorder.load import LOAD_BUCKETS
 from ..recorder.observations import Observations
 from ..recorder.stats import HDR_METRICS
+from ..recorder.vector import prom_observe
 from ..records import (
     LATENCY_METRICS,
     LOG_RESULTS,
@@ -146,8 +148,14 @@ class Exporter:
                                    "(e.g. a full disk); the daemon carries on.", registry=r)
         self.tick_seconds = Gauge("specwatch_tick_duration_seconds",
                                   "Time the last interval tick (windows, quantiles) held the event loop.", registry=r)
-        self.loop_lag = Gauge("specwatch_event_loop_lag_seconds", "Event-loop lag measured by a periodic timer.",
-                              registry=r)
+        self.loop_lag = Gauge("specwatch_event_loop_lag_seconds", "Largest event-loop lag sample of the last "
+                              "interval (how long a ready stream waited for the daemon's loop).", registry=r)
+        self.loop_lag_p99 = Gauge("specwatch_event_loop_lag_p99_seconds", "Event-loop lag p99 over the last "
+                                  "interval (sub-millisecond samples every 5 ms).", registry=r)
+        self.distorted = Gauge("specwatch_measurement_distorted", "1 when the last interval's event-loop lag p99 "
+                               "exceeded 1 ms: probe latencies then include the daemon's own delay.", registry=r)
+        self.distorted_intervals = Counter("specwatch_distorted_intervals", "Intervals whose event-loop lag p99 "
+                                           "exceeded 1 ms.", registry=r)
         self._init()
 
     def _init(self) -> None:
@@ -178,13 +186,11 @@ class Exporter:
         if obs.ttft_ns is not None:
             self.ttft.labels(tg).observe(obs.ttft_ns / 1e9)
         self.e2e.labels(tg).observe(obs.e2e_ns / 1e9)
-        ic, itl, pc = self.inter_chunk.labels(tg), self.itl.labels(tg), self.per_chunk.labels(tg)
-        for gap in obs.gaps_ns:
-            ic.observe(gap / 1e9)
-        for itl_ns, n in obs.itl():
-            pc.observe(n)
-            for _ in range(n):
-                itl.observe(itl_ns / 1e9)
+        if len(obs.gaps_ns):
+            prom_observe(self.inter_chunk.labels(tg), obs.gaps_ns / 1e9)
+            itl_ns, n = obs.itl()
+            prom_observe(self.itl.labels(tg), itl_ns / 1e9, n)
+            prom_observe(self.per_chunk.labels(tg), n.astype(float))
 
     def observe_sample(self, s: ServerSample, channel: str) -> None:
         self.srv_samples.labels(channel).inc()

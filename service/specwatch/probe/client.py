@@ -8,6 +8,7 @@ Source stage. Failures become records with an outcome and a one-line reason, nev
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp.client_proto import ResponseHandler
 
 from ..errors import StreamError, TargetError
 from ..options import redact
@@ -45,6 +47,27 @@ class Access:
         return f"Access(api_key={'<set>' if self.api_key else None}, ca_file={self.ca_file!r})"
 
 
+async def _stamp_send(_: aiohttp.ClientSession, ctx: Any, __: Any) -> None:
+    """aiohttp is about to hand the request's bytes to the transport (its body's chunk, in the same step as
+    the write): the send the server sees. The stamp taken before ``post`` would also hold the wait for a
+    connection and for the loop, which is the client's delay (schedule lag), not the server's TTFT."""
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, Attempt):
+        attempt.sent_ns = time.monotonic_ns()
+
+
+class StampingHandler(ResponseHandler):
+    """aiohttp's connection protocol, stamping the moment bytes arrive: the event loop calls
+    ``data_received`` as it reads the socket, before any stream's task resumes. A stamp taken in the
+    reading task would add the time every other stream woken in the same loop iteration spent first."""
+
+    arrived_ns = 0
+
+    def data_received(self, data: bytes) -> None:
+        self.arrived_ns = time.monotonic_ns()
+        super().data_received(data)
+
+
 def make_session(max_streams: int, timeouts: Timeouts, access: Access | None = None) -> aiohttp.ClientSession:
     """One pooled session. Connector limit and timeouts are explicit: aiohttp's defaults queue silently
     past 100 connections and cut every request at 5 minutes. Callers pass the number that caps their
@@ -53,10 +76,13 @@ def make_session(max_streams: int, timeouts: Timeouts, access: Access | None = N
     limit = max_streams + CONTROL_CONNECTIONS
     ssl_ctx = ssl.create_default_context(cafile=access.ca_file) if access.ca_file else True
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300, ssl=ssl_ctx)
+    connector._factory = functools.partial(StampingHandler, loop=connector._loop)  # type: ignore[assignment]
     timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_read=timeouts.read_s)
     headers = {"Authorization": f"Bearer {access.api_key}"} if access.api_key else None
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_stamp_send)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**20, headers=headers,
-                                 json_serialize=lambda o: orjson.dumps(o).decode())
+                                 json_serialize=lambda o: orjson.dumps(o).decode(), trace_configs=[trace])
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
@@ -93,14 +119,17 @@ async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenP
 
     progress_ns, deadline_ns = int(limits.read_s * 1e9), attempt.sent_ns + int(limits.request_s * 1e9)
     try:
-        async with session.post(url, data=body, headers=JSON_HEADERS, allow_redirects=False) as resp:
+        async with session.post(url, data=body, headers=JSON_HEADERS, allow_redirects=False,
+                                trace_request_ctx=attempt) as resp:
             if resp.status != 200:
                 snippet = (await resp.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
                 where = f" to {redact(resp.headers.get('Location', ''))}" if 300 <= resp.status < 400 else ""
                 return fail(Outcome.HTTP_ERROR, f"HTTP {resp.status}{where}: {snippet}", resp.status)
             parser = SSEParser()
+            proto = resp.connection.protocol if resp.connection is not None else None
+            stamped = isinstance(proto, StampingHandler)
             async for data in resp.content.iter_any():
-                now = time.monotonic_ns()
+                now = proto.arrived_ns if stamped else time.monotonic_ns()  # type: ignore[union-attr]
                 for piece in _slices(data):
                     for ev in parser.feed(piece):
                         if attempt.handle(ev.data, now):

@@ -6,15 +6,14 @@ Handles events split across reads, LF / CRLF / CR line endings, ``:`` comments, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import SSEError
 
 MAX_PENDING_BYTES = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
+class SSEEvent(NamedTuple):  # a tuple: built once per streamed chunk, so it must cost next to nothing
     event: str
     data: bytes
 
@@ -49,11 +48,21 @@ class SSEParser:
             buf, hold = buf[:-1], b"\r"
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        events: list[SSEEvent] = []
+        if not self._data and not self._event:  # fast path: whole ``data: …`` events, one line each
+            blocks = buf.split(b"\n\n")
+            buf = blocks.pop()
+            for block in blocks:
+                if block[:6] == b"data: " and b"\n" not in block:
+                    events.append(SSEEvent("message", block[6:]))
+                else:  # anything else (comments, event:, several data lines, a stray blank) line by line
+                    for line in block.split(b"\n"):
+                        self._line(line, events)
+                    self._line(b"", events)
         lines = buf.split(b"\n")
         self._buf = lines.pop() + hold
         if len(self._buf) > MAX_PENDING_BYTES:
             raise SSEError(f"an SSE line exceeded {MAX_PENDING_BYTES} bytes without a newline")
-        events: list[SSEEvent] = []
         for line in lines:
             self._line(line, events)
         return events
