@@ -1,3 +1,3 @@
 """specwatch: is speculative decoding paying off right now?"""
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

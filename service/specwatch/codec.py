@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -21,8 +22,12 @@ Record = RequestRecord | ServerSample | RunInfo
 KINDS: dict[type, str] = {RunInfo: "run", RequestRecord: "request", ServerSample: "sample"}
 
 
+def _plain(v: Any) -> Any:
+    return v.tolist() if isinstance(v, array) else v  # the client's per-chunk buffers
+
+
 def encode(rec: Record) -> bytes:
-    doc = {"kind": KINDS[type(rec)]} | {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)}
+    doc = {"kind": KINDS[type(rec)]} | {f.name: _plain(getattr(rec, f.name)) for f in dataclasses.fields(rec)}
     return orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS) + b"\n"
 
 
@@ -48,6 +53,7 @@ REQUEST_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("intended_ns", "sent_ns", "done_ns", "prompt_tokens", "output_tokens"), (int,)),
     "warmup": (bool,), "tokens_exact": (bool,), "http_status": (int, type(None)),
 }
+OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {"chunk_tokens_max": (int, type(None))}  # absent before 0.4.0
 
 
 def _check(d: dict[str, Any], types: dict[str, tuple[type, ...]]) -> None:
@@ -61,6 +67,7 @@ def _check(d: dict[str, Any], types: dict[str, tuple[type, ...]]) -> None:
 
 def _request(d: dict[str, Any]) -> RequestRecord:
     _check(d, REQUEST_TYPES)
+    _check({k: v for k, v in d.items() if k in OPTIONAL_TYPES}, {k: t for k, t in OPTIONAL_TYPES.items() if k in d})
     spec = d.get("spec")
     if spec is not None:
         if not isinstance(spec, dict):

@@ -7,6 +7,7 @@ exporters read those. Times are monotonic nanoseconds unless a name says otherwi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -52,8 +53,8 @@ class RequestRecord:
     intended_ns: int  # when the schedule said the request should start
     sent_ns: int  # when it was actually handed to the connection
     done_ns: int
-    chunk_ns: tuple[int, ...]  # arrival of every chunk that carried tokens
-    chunk_tokens: tuple[int, ...]  # tokens in each such chunk
+    chunk_ns: Sequence[int]  # arrival of every chunk that carried tokens (the client's array('q'), no copy)
+    chunk_tokens: Sequence[int]  # tokens in each such chunk
     tokens_exact: bool  # chunk_tokens came from server counts, not apportioned from a final total
     prompt_tokens: int
     output_tokens: int
@@ -63,6 +64,7 @@ class RequestRecord:
     spec: SpecStats | None = None
     server_load: float | None = None  # running requests the server reported while it ran (None: unknown)
     probe_concurrency: int | None = None  # this load's probes in flight when it was sent, itself included
+    chunk_tokens_max: int | None = None  # apportioned counts (not tokens_exact): each chunk held 1..this
 
     @property
     def ok(self) -> bool:
@@ -139,6 +141,7 @@ class RunInfo:
     lifetime_accept_length: float | None = None  # the server's own running average, asked after the run
     settings: dict[str, Any] = field(default_factory=dict)  # the bench options, as given
     start_wall_s: float | None = None  # Unix time of the first send: labels a replay's .hlog like the run's
+    loop_lag: dict[str, Any] = field(default_factory=dict)  # the client's own event-loop lag (loop_lag.summary)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,8 +30,8 @@ def test_sglang_tokens_per_chunk_from_completion_token_deltas_even_when_coalesce
         assert not a.handle(data, t)
     assert a.handle(b"[DONE]", 60)
     r = a.finish(Outcome.OK, 100)
-    assert r.chunk_tokens == (1, 3, 5, 1)  # the repeated ct=4 chunk carried no tokens
-    assert r.chunk_ns == (10, 20, 40, 50)
+    assert tuple(r.chunk_tokens) == (1, 3, 5, 1)  # the repeated ct=4 chunk carried no tokens
+    assert tuple(r.chunk_ns) == (10, 20, 40, 50)
     assert r.output_tokens == 10 and r.prompt_tokens == 5 and r.tokens_exact
     assert r.spec.verify_ct == 4 and r.spec.histogram == (1, 1, 2)
     assert r.accept_length == pytest.approx(9 / 4)
@@ -55,7 +55,7 @@ def test_openai_with_continuous_usage_is_exact(api):
                  (4, oa("", 4, "length", chat=chat)), (5, oa(None, 4))]:
         a.handle(d, t)
     r = a.finish(Outcome.OK, 100)
-    assert (r.chunk_tokens, r.output_tokens, r.prompt_tokens, r.tokens_exact) == ((1, 3), 4, 7, True)
+    assert (tuple(r.chunk_tokens), r.output_tokens, r.prompt_tokens, r.tokens_exact) == ((1, 3), 4, 7, True)
 
 
 def test_openai_without_usage_apportions_final_total_by_text_length():

@@ -8,13 +8,14 @@ Token counting per chunk:
   the server coalesced several rounds into one chunk.
 - OpenAI APIs: we ask for ``stream_options.continuous_usage_stats`` (SGLang 0.5.4.post2+, vLLM), which
   puts cumulative ``usage`` on every chunk: exact. A server that ignores it only reports the total in
-  the final usage chunk; the total is then apportioned over the content chunks by their text length
-  (``tokens_exact=False``): per-token ITL and tokens per chunk are approximations in that case.
+  the final usage chunk; the total is then split over the content chunks exactly where possible (one per
+  chunk, or the model's tokenizer) and otherwise by text length, flagged with its bound (``tokens``).
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ import orjson
 from ..errors import StreamError
 from ..records import Outcome, RequestRecord, SpecStats
 from .prompts import Prompt
+from .tokens import Tokenizer, by_length, chunk_bound
 
 PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -92,15 +94,19 @@ class Attempt:
     warmup: bool
     intended_ns: int
     sent_ns: int = 0
-    chunk_ns: list[int] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)
-    chunk_chars: list[int] = field(default_factory=list)  # text length, for apportioning when counts are missing
+    # per chunk: raw int64 buffers, one append each and no Python object kept per chunk
+    chunk_ns: array[int] = field(default_factory=lambda: array("q"))
+    chunk_tokens: array[int] = field(default_factory=lambda: array("q"))
+    chunk_chars: array[int] = field(default_factory=lambda: array("q"))  # text length, to apportion a total
     tokens: int = 0
     counted: bool = False  # saw a per-chunk token count
     final_tokens: int | None = None
     prompt_tokens: int = 0
     spec: SpecStats | None = None
     data_bytes: int = 0  # event payload bytes so far: no token count may exceed them
+    tokenizer: Tokenizer | None = None  # splits a final-only total exactly (``--tokenizer``)
+    chunk_texts: list[str] = field(default_factory=list)  # kept only with a tokenizer and no per-chunk usage
+    chunk_tokens_max: int | None = None  # set when counts were apportioned: each chunk holds 1..this
 
     def handle(self, data: bytes, now: int) -> bool:
         """Consume one SSE data payload; True once the stream is complete ([DONE])."""
@@ -181,6 +187,8 @@ class Attempt:
             self.chunk_ns.append(now)
             self.chunk_tokens.append(0)  # unknown until the final usage
             self.chunk_chars.append(len(text))
+            if self.tokenizer is not None:
+                self.chunk_texts.append(text)
         if isinstance(ct, int) and not choices:
             self.final_tokens = ct
         if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason") == "abort":
@@ -190,32 +198,33 @@ class Attempt:
             self.spec = _spec_from_meta(ext["spec_tokens_details"], self.tokens)
 
     def _apportion(self) -> bool:
-        """Fill unknown per-chunk counts from the final total; returns whether counts are exact."""
+        """Fill unknown per-chunk counts from the final total (see ``tokens``); returns whether exact."""
         if not self.chunk_tokens or all(n > 0 for n in self.chunk_tokens):
             return True
-        total = self.final_tokens if self.final_tokens is not None else len(self.chunk_tokens)
-        chars = [max(1, c) for c in self.chunk_chars]
-        whole = sum(chars)
-        shares = [total * c / whole for c in chars]
-        counts = [max(1, int(s)) for s in shares]
-        i = 0
-        while sum(counts) < total:  # largest remainder first
-            order = sorted(range(len(shares)), key=lambda k: shares[k] - int(shares[k]), reverse=True)
-            counts[order[i % len(order)]] += 1
-            i += 1
-        self.chunk_tokens = counts
+        chunks = len(self.chunk_tokens)
+        total = self.final_tokens if self.final_tokens is not None else chunks
+        exact: list[int] | None = [1] * chunks if total == chunks else None
+        if exact is None and self.tokenizer is not None and len(self.chunk_texts) == chunks:
+            exact = self.tokenizer.split(self.chunk_texts, total)
+        counts = exact if exact is not None else by_length(self.chunk_chars, total)
+        self.chunk_tokens = array("q", counts)
         self.tokens = sum(counts)
-        return False
+        if exact is None:
+            self.chunk_tokens_max = chunk_bound(total, chunks)
+        return exact is not None
 
     def finish(self, outcome: Outcome, done_ns: int, error: str = "", http_status: int | None = None
                ) -> RequestRecord:
-        exact = self._apportion() if self.target.api != "sglang" else True
-        exact = exact and self.counted
+        if self.target.api == "sglang":
+            exact = self.counted
+        else:  # exact from per-chunk usage, or split exactly from the final total
+            exact = self._apportion() and (self.counted or self.final_tokens is not None)
         out = self.final_tokens if self.final_tokens is not None else self.tokens
         return RequestRecord(
             api=self.target.api, target=self.target.name, prompt_id=self.prompt.id, domain=self.prompt.domain,
             warmup=self.warmup, intended_ns=self.intended_ns, sent_ns=self.sent_ns or self.intended_ns,
-            done_ns=done_ns, chunk_ns=tuple(self.chunk_ns), chunk_tokens=tuple(self.chunk_tokens),
+            done_ns=done_ns, chunk_ns=self.chunk_ns, chunk_tokens=self.chunk_tokens,
             tokens_exact=exact, prompt_tokens=self.prompt_tokens, output_tokens=max(out, sum(self.chunk_tokens)),
             outcome=outcome, http_status=http_status, error=error, spec=self.spec,
+            chunk_tokens_max=None if exact else self.chunk_tokens_max,
         )

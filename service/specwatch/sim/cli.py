@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--stream-interval", type=int, default=1)
+    p.add_argument("--ignore-continuous-usage-stats", action="store_true",
+                   help="as SGLang before 0.5.4.post2: usage only in the final chunk of an OpenAI stream")
     p.add_argument("--enable-metrics", action="store_true")
     p.add_argument("--max-running-requests", type=int, default=None)
     p.add_argument("--api-key", default=None, help="answer 401 unless Authorization: Bearer <key> (as SGLang)")
@@ -131,7 +133,7 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     if metrics is not None:
         engine.on_finish = metrics.on_finish
     ident = ServerIdentity(args.model_path, args.served_model_name or args.model_path, SIM_VERSION,
-                           server_args(args, spec, max_running))
+                           server_args(args, spec, max_running), not args.ignore_continuous_usage_stats)
     info(f"server_args={ident.server_args}")
     if args.load_seconds > 0:
         info("Load weight begin. (simulated)")

@@ -91,7 +91,7 @@ class OpenAIAPI(Handlers):
                                   "param": None, "code": status}, status)
         req = self.new_request(request, p.prompt, count_prompt_tokens(p.prompt), p.max_new, p.ignore_eos,
                                p.temperature, None, None)
-        stream, include_usage, continuous = p.stream, p.include_usage, p.continuous
+        stream, include_usage, continuous = p.stream, p.include_usage, p.continuous and self.ident.continuous_usage
         oid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
         model = self.ident.served_model_name

@@ -33,6 +33,7 @@ class ServerIdentity:
     served_model_name: str
     version: str
     server_args: dict[str, Any]
+    continuous_usage: bool = True  # honours stream_options.continuous_usage_stats (SGLang 0.5.4.post2+, vLLM)
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:

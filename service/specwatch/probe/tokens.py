@@ -1,0 +1,74 @@
+"""Tokens per chunk when an OpenAI server reports only the final total. Probe stage, pure.
+
+A server that ignores ``stream_options.continuous_usage_stats`` sends each chunk's text and, at the end, one
+``usage.completion_tokens``. How the total splits over the chunks is then found, in order of preference:
+
+1. **one per chunk**, exact, when the chunks carrying text are as many as the tokens (every such chunk holds
+   at least one token);
+2. **the model's tokenizer** (``--tokenizer PATH``, a ``tokenizer.json``; the ``tokenizers`` extra): the
+   whole text is encoded once with offsets and each token counted in the chunk where its text ends; exact
+   when the count equals the server's total (else the text did not round-trip and we fall through);
+3. **by text length**, approximated: the record says so (``tokens_exact=False``) and carries the bound
+   ``chunk_tokens_max = total - chunks + 1``: every chunk holds between 1 and that many tokens (a server
+   may coalesce several verify rounds into one chunk, so no tighter bound holds without per-chunk counts).
+   Each chunk's per-token ITL then lies in [gap / max, gap]. Totals stay exact: tokens, chunks, inter-chunk
+   gaps, TTFT, e2e and the mean tokens per chunk.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ConfigError
+
+
+class Tokenizer:
+    """A ``tokenizers.Tokenizer`` loaded from ``tokenizer.json``; ``ConfigError`` names what is missing."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            from tokenizers import Tokenizer as HFTokenizer
+        except ImportError:
+            raise ConfigError("tokenizer: needs the tokenizers package (pip install 'specwatch[tokenizers]')") \
+                from None
+        try:
+            self._tok: Any = HFTokenizer.from_file(path)
+        except Exception as exc:  # the library raises bare Exceptions for missing and malformed files alike
+            raise ConfigError(f"tokenizer: cannot load {path!r} as a tokenizer.json: {str(exc)[:200]}") from None
+        self.path = path
+
+    def split(self, texts: Sequence[str], total: int) -> list[int] | None:
+        """Tokens per chunk, or None unless they add up to ``total``."""
+        enc = self._tok.encode("".join(texts), add_special_tokens=False)
+        if len(enc.ids) != total:
+            return None
+        ends = list(itertools.accumulate(len(t) for t in texts))
+        counts = [0] * len(texts)
+        for _, end in enc.offsets:
+            counts[min(bisect.bisect_left(ends, end), len(texts) - 1)] += 1
+        return counts
+
+
+def by_length(chars: Sequence[int], total: int) -> list[int]:
+    """``total`` apportioned over chunks by their text length, at least one each (largest remainder)."""
+    weights = [max(1, c) for c in chars]
+    whole = sum(weights)
+    shares = [total * c / whole for c in weights]
+    counts = [max(1, int(s)) for s in shares]
+    order = sorted(range(len(shares)), key=lambda k: shares[k] - int(shares[k]), reverse=True)
+    i = 0
+    while sum(counts) < total:
+        counts[order[i % len(order)]] += 1
+        i += 1
+    while sum(counts) > total and any(c > 1 for c in counts):  # the at-least-one floor overshot
+        k = max((j for j in range(len(counts)) if counts[j] > 1), key=lambda j: counts[j] - shares[j])
+        counts[k] -= 1
+    return counts
+
+
+def chunk_bound(total: int, chunks: int) -> int:
+    """Most tokens one chunk can hold when each of the others holds at least one."""
+    return max(1, total - chunks + 1)
