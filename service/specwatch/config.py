@@ -58,6 +58,8 @@ class Config:
     api_token_file: str | None = None
     drain_timeout_s: float = 30.0
     view: str = "auto"  # auto | table | log
+    workers: int = 1
+    tokenizer: str | None = None
 
     @property
     def windows(self) -> tuple[int, ...]:

@@ -190,6 +190,10 @@ OPTIONS: dict[str, Option] = {
     "poisson": Option(typed(bool), "open loop: Poisson arrivals instead of constant"),
     "max_in_flight": Option(positive(int, 100_000), "open loop: cap on streams in flight (waits are schedule lag)"),
     "seed": Option(at_least(int, 0, hi=2**63 - 1), "seed of the Poisson arrivals"),
+    "workers": Option(positive(int, 256), "probe processes, each with its own event loop; the schedule is split "
+                      "between them and their records merged into one report"),
+    "tokenizer": Option(typed(str), "tokenizer.json of the served model (needs the tokenizers extra): exact tokens "
+                        "per chunk when an OpenAI server reports only the final total"),
     "json": Option(typed(str), "write the results document here"),
     "records": Option(typed(str), "write every request record here (JSON Lines; replay with specwatch report)"),
     "hlog": Option(typed(str), "write an HdrHistogram interval log here"),

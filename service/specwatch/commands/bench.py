@@ -24,14 +24,16 @@ from .. import codec, options
 from ..errors import ConfigError, TargetError
 from ..export import bench_report
 from ..export.hlog import HlogWriter
+from ..probe import lag as lag_mod
 from ..probe import prompts as prompt_sets
 from ..probe.client import Access, Timeouts, make_session
 from ..probe.detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams, Target
-from ..recorder.observations import observe
+from ..probe.tokens import Tokenizer
+from ..probe.workers import Workers, jobs
 from ..recorder.stats import Stats
-from ..recorder.windows import Interval, Recorder
+from ..recorder.windows import Interval
 from ..records import RequestRecord, RunInfo
 
 
@@ -56,6 +58,8 @@ class BenchSpec:
     api_key_file: str | None = None
     ca_file: str | None = None
     seed: int = 0
+    workers: int = 1
+    tokenizer: str | None = None
     json: str | None = None
     records: str | None = None
     hlog: str | None = None
@@ -120,18 +124,16 @@ class Analysis:
 
 def analyse(info: RunInfo, records: Sequence[RequestRecord]) -> Analysis:
     """Records → recorder → report. The one path from records to numbers, for ``bench`` and ``report``."""
-    recorder = Recorder(interval_s=1.0, windows_s=())
+    measured = [r for r in records if not r.warmup]  # warm-up is recorded apart and discarded
     domains: dict[str, Stats] = {}
-    measured = [r for r in records if not r.warmup]
-    for rec in records:
-        obs = observe(rec)  # once, for the overall and the per-domain view
-        recorder.record(rec, obs)
-        if not rec.warmup:
-            domains.setdefault(rec.domain, Stats()).add(rec, obs)
+    for rec in measured:  # recorded once, per domain; the overall view is their merge
+        domains.setdefault(rec.domain, Stats()).add(rec)
+    overall = Stats()
+    for st in domains.values():
+        overall.merge(st)
     start = min((r.sent_ns for r in measured), default=0)
-    interval = recorder.tick(max((r.done_ns for r in measured), default=start))
-    interval = dataclasses.replace(interval, start_ns=start)
-    results = bench_report.results(recorder.cumulative.get("spec", Stats()), measured, info.lifetime_accept_length)
+    interval = Interval(start, max((r.done_ns for r in measured), default=start), {"spec": overall})
+    results = bench_report.results(overall, measured, info.lifetime_accept_length, info.loop_lag)
     per_domain = bench_report.by_domain(domains)
     doc = {"server_url": info.server_url, "api": info.api, "model": info.model, "server_info": info.server_info,
            "config": info.settings, "results": results, "by_domain": per_domain,
@@ -159,13 +161,33 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
         say(f"Benchmarking {spec.server_url} (api {info.api}, {mode})")
         say(f"  max_tokens={spec.max_tokens}, num_runs={spec.num_runs}, warmup={spec.warmup}\n")
         target = Target("spec", spec.server_url, info.api, info.model)
-        await Load(session, PromptCycle(plist, [target]), params, plan, printer, asyncio.Event(), spec.timeouts).run()
+        if spec.workers > 1:
+            workers = Workers(jobs(plan, spec.workers, [target], plist, params, spec.timeouts, spec.access,
+                                   spec.tokenizer))
+            await workers.run(printer, asyncio.Event())
+            lag = lag_mod.merge(workers.lag) if workers.lag else {}
+        else:
+            lag = await _measure(Load(session, PromptCycle(plist, [target]), params, plan, printer, asyncio.Event(),
+                                      spec.timeouts, tokenizer=Tokenizer(spec.tokenizer) if spec.tokenizer else None))
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
     run = RunInfo(server_url=spec.server_url, api=info.api, model=info.model, server_info=info.info,
                   lifetime_accept_length=lifetime, settings=spec.settings,
-                  start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9)
+                  start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9, loop_lag=lag)
     return run, printer.records
+
+
+async def _measure(load: Load) -> dict[str, Any]:
+    """Run the load with the event-loop lag monitor beside it; the lag summary (``event_loop_lag``)."""
+    monitor = lag_mod.LagMonitor(interval_s=1.0)
+    task = asyncio.create_task(monitor.run())
+    try:
+        await load.run()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    monitor.close()
+    return lag_mod.summary(monitor.intervals)
 
 
 def all_failed(doc: dict[str, Any]) -> str | None:
@@ -213,6 +235,8 @@ def parse(argv: list[str]) -> BenchSpec:
     spec = BenchSpec(**(values | {"api_key": options.api_key(values), "api_key_file": None}))
     if spec.prompts:
         prompt_sets.load(spec.prompts)
+    if spec.tokenizer:
+        Tokenizer(spec.tokenizer)  # a missing package or file is refused before the run, naming it
     return spec
 
 

@@ -38,8 +38,11 @@ from ..export.view import View
 from ..probe import prompts as prompt_sets
 from ..probe.client import Access, Timeouts, make_session
 from ..probe.detect import wait_for_target
+from ..probe.lag import LagInterval, LagMonitor
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams
+from ..probe.tokens import Tokenizer
+from ..probe.workers import Workers, jobs
 from ..ratelog import RateLimited
 from ..recorder.load import LoadCurve, LoadTracker
 from ..recorder.observations import observe
@@ -52,6 +55,8 @@ from ..server.logtail import CommandSource, FileFollower, LogSource, StdinSource
 from ..server.scrape import ScrapeState, scrape_forever
 
 log = logging.getLogger("specwatch")
+RECORD_EVERY_S = 0.1
+RECORD_SLICE_S = 0.002  # the longest the recorder holds the loop at once
 
 
 def make_source(cfg: config_mod.Config, ingest: LogIngest) -> tuple[LogSource | None, str | None]:
@@ -97,9 +102,24 @@ class Daemon:
         self.load = LoadTracker(stale_s=max(30.0, 3 * cfg.interval_s))
         self.load_curve = LoadCurve(cfg.load_curve_window_s)
         self.by_load: LoadVerdict | None = None
+        self.pending: list[RequestRecord] = []  # finished probes not yet recorded (the recorder task drains)
+        self.lag = LagMonitor()
+        self.lag.keep = False
+        self.last_lag: LagInterval | None = None
 
     # ---- sinks (synchronous, per event) ------------------------------------------------------
     def on_record(self, rec: RequestRecord) -> None:
+        """The probe's sink, on the loop as each request ends: only what must be immediate (up, readiness,
+        the failure warning). Recording waits in ``pending`` for the recorder task or the tick."""
+        self.pending.append(rec)
+        self.set_up(rec.target, rec.outcome.value != "connect_error")
+        if rec.ok:
+            self.last_ok[rec.target] = time.monotonic()
+        elif not rec.warmup:
+            self.warn.warning((rec.target, rec.outcome.value), "probe to %s failed: %s: %.200s", rec.target,
+                              rec.outcome.value, rec.error)
+
+    def record(self, rec: RequestRecord) -> None:
         now = time.monotonic_ns()
         rec = dataclasses.replace(rec, server_load=self.load.during(rec.sent_ns, rec.done_ns))
         if rec.target == "spec" and not rec.warmup:
@@ -107,12 +127,26 @@ class Daemon:
         obs = observe(rec)
         self.recorder.record(rec, obs)
         self.exporter.observe_record(rec, obs)
-        self.set_up(rec.target, rec.outcome.value != "connect_error")
-        if rec.ok:
-            self.last_ok[rec.target] = time.monotonic()
-        elif not rec.warmup:
-            self.warn.warning((rec.target, rec.outcome.value), "probe to %s failed: %s: %.200s", rec.target,
-                              rec.outcome.value, rec.error)
+
+    def drain(self, budget_s: float | None = None) -> bool:
+        """Record pending probes, oldest first; with a budget, stop once it is spent. True when all done."""
+        t0 = time.perf_counter()
+        done = 0
+        try:
+            for rec in self.pending:
+                self.record(rec)
+                done += 1
+                if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                    break
+        finally:
+            del self.pending[:done]
+        return not self.pending
+
+    async def recording(self) -> None:
+        """Records finished probes in slices of at most ``RECORD_SLICE_S`` of loop time, between streams."""
+        while True:
+            await asyncio.sleep(0 if self.pending else RECORD_EVERY_S)  # between slices, just yield
+            self.drain(RECORD_SLICE_S)
 
     def set_up(self, target: str, up: bool) -> None:
         self.up[target] = up
@@ -141,7 +175,14 @@ class Daemon:
             targets.append(target)
         plist = prompt_sets.load(c.prompts) if c.prompts else prompt_sets.builtin()
         params = GenParams(max_tokens=c.max_tokens, temperature=c.temperature, ignore_eos=True)
-        await Load(session, PromptCycle(plist, targets), params, plan, self.on_record, self.stop, limits).run()
+        if c.workers > 1:
+            access = Access(c.api_key, c.ca_file)
+            await Workers(jobs(plan, c.workers, targets, plist, params, limits, access, c.tokenizer)).run(
+                self.on_record, self.stop)
+            return
+        tok = Tokenizer(c.tokenizer) if c.tokenizer else None
+        await Load(session, PromptCycle(plist, targets), params, plan, self.on_record, self.stop, limits,
+                   tokenizer=tok).run()
 
     def scraper(self, session: aiohttp.ClientSession) -> Coroutine[Any, Any, None]:
         state = self.exporter.sources.scrape = ScrapeState()
@@ -153,12 +194,17 @@ class Daemon:
             await asyncio.sleep(self.cfg.interval_s)
             self.tick()
 
-    async def loop_lag(self) -> None:
-        period = 0.5
-        while True:
-            t0 = time.perf_counter()
-            await asyncio.sleep(period)
-            self.exporter.loop_lag.set(max(0.0, time.perf_counter() - t0 - period))
+    def close_lag(self) -> None:
+        iv = self.last_lag = self.lag.close()
+        e = self.exporter
+        e.loop_lag.set(iv.max_s or 0.0)
+        e.loop_lag_p99.set(iv.p99_s or 0.0)
+        e.distorted.set(1 if iv.distorted else 0)
+        if iv.distorted:
+            e.distorted_intervals.inc()
+            self.warn.warning("lag", "the daemon's event loop lagged %.2f ms at p99 (max %.2f ms) over the last "
+                              "interval: probe latencies then include its own delay", (iv.p99_s or 0) * 1e3,
+                              (iv.max_s or 0) * 1e3)
 
     async def view_task(self) -> None:
         while True:
@@ -169,6 +215,8 @@ class Daemon:
     # ---- interval tick -----------------------------------------------------------------------
     def tick(self) -> None:
         t0 = time.perf_counter()
+        self.drain()  # every probe that ended in this interval is in it
+        self.close_lag()
         interval = self.recorder.tick()
         if self.hlog is not None:
             try:
@@ -214,7 +262,7 @@ class Daemon:
             server=server_state(self.samples.last, {window_label(w): a for w, a in self.samples.windows.items()}),
             verdict=v, log=log_state(self.source_name, self.source.state if self.source else None, self.ingest),
             by_load=self.by_load, baseline=self.curve.describe() if self.curve else
-            ("A/B: " + self.cfg.baseline_url if self.cfg.baseline_url else None))
+            ("A/B: " + self.cfg.baseline_url if self.cfg.baseline_url else None), client_lag=self.last_lag)
 
     # ---- lifecycle -----------------------------------------------------------------------------
     async def main(self) -> int:
@@ -256,7 +304,8 @@ class Daemon:
                 prober = asyncio.create_task(self.prober(session, plan, limits), name="prober")
                 async with asyncio.TaskGroup() as tg:
                     background = [tg.create_task(coro, name=name) for name, coro in (
-                        ("ticker", self.ticker()), ("loop-lag", self.loop_lag()), ("view", self.view_task()),
+                        ("ticker", self.ticker()), ("loop-lag", self.lag.run()), ("recorder", self.recording()),
+                        ("view", self.view_task()),
                         *((("log-source", self.source.run()),) if self.source else ()),
                         *((("scrape", self.scraper(session)),) if c.server_metrics else ()))]
                     tg.create_task(self._supervise(prober, background), name="supervisor")
@@ -299,6 +348,8 @@ def main(argv: list[str]) -> int:
             prompt_sets.load(cfg.prompts)
         if cfg.baseline_curve:
             baseline_mod.load(cfg.baseline_curve)  # a wrong file is refused at start, naming the field
+        if cfg.tokenizer:
+            Tokenizer(cfg.tokenizer)
     except ConfigError as exc:
         print(f"specwatch run: {exc}", file=sys.stderr)
         return 2

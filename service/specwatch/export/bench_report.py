@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..probe.lag import overlapping
 from ..recorder.stats import Stats
 from ..records import OUTCOMES, RequestRecord
 from .format import fmt, ms
@@ -24,7 +25,8 @@ def wall_seconds(records: Sequence[RequestRecord]) -> float:
     return (max(r.done_ns for r in records) - min(r.sent_ns for r in records)) / 1e9
 
 
-def results(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_length: float | None) -> dict[str, Any]:
+def results(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_length: float | None,
+            loop_lag: Mapping[str, Any] | None = None) -> dict[str, Any]:
     ok = [r for r in records if r.ok and r.service_ns > 0]
     per = [r.output_tokens / (r.service_ns / 1e9) for r in ok]
     wall_s = wall_seconds(records)
@@ -49,7 +51,16 @@ def results(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_leng
         "outcomes": {o: stats.outcomes.get(o, 0) for o in OUTCOMES},
         "out_of_range": dict(stats.out_of_range),
         "approximated_token_counts": stats.approx_requests,
+        "tokens_per_chunk_bound": max((r.chunk_tokens_max for r in records if r.chunk_tokens_max), default=None),
+        "event_loop_lag": client_lag(loop_lag or {}, records),
     }
+
+
+def client_lag(lag: Mapping[str, Any], records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """The client's own loop lag, and the requests that ran while it was distorted (flagged, not hidden)."""
+    spans = lag.get("distorted_spans_ns", [])
+    hit = sum(1 for r in records if overlapping(spans, r.sent_ns, r.done_ns)) if spans else 0
+    return {k: v for k, v in lag.items() if k != "distorted_spans_ns"} | {"requests_in_distorted_intervals": hit}
 
 
 def by_domain(per_domain: Mapping[str, Stats]) -> dict[str, dict[str, Any]]:
@@ -102,8 +113,16 @@ def text(s: Mapping[str, Any], domains: Mapping[str, Mapping[str, Any]], records
         out.append("  Out of range:  " + ", ".join(f"{k}={v}" for k, v in s["out_of_range"].items())
                    + " (values outside the HDR histograms' range, counted and left out)")
     if s["approximated_token_counts"]:
-        out.append(f"  Note: {s['approximated_token_counts']} request(s) had no per-chunk usage; per-chunk token "
-                   "counts were apportioned from the final total")
+        out.append(f"  Approximated:  {s['approximated_token_counts']} request(s) had no per-chunk usage and their "
+                   "split could not be made exact: tokens per chunk were apportioned by text length; each chunk "
+                   f"held 1..{s['tokens_per_chunk_bound']} tokens, so a chunk's per-token ITL lies in "
+                   "[gap / that, gap] (pass --tokenizer for exact counts)")
+    lag = s["event_loop_lag"]
+    if lag.get("distorted_intervals"):
+        out.append(f"  WARNING:       specwatch's own event loop lagged over {lag['threshold_ms']:g} ms at p99 in "
+                   f"{lag['distorted_intervals']} of {lag['intervals']} interval(s) (worst p99 "
+                   f"{fmt(lag['worst_interval_p99_ms'], '.2f')} ms); {lag['requests_in_distorted_intervals']} "
+                   "request(s) ran then and their latencies include the client's delay (try --workers)")
     if domains:
         out += ["", "  By domain:      requests  decode tok/s  accept length"]
         out += [f"    {dom:<12} {d['ok']:>8}  {fmt(d['decode_tokens_per_second'], '>12.1f')}  "

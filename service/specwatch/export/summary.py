@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..analysis.by_load import LoadVerdict
 from ..analysis.verdict import Verdict
+from ..probe.lag import LagInterval
 from ..records import ProbeWindow, ServerSample, ServerWindow
 from ..server.ingest import LogIngest
 from ..server.logtail import SourceState
@@ -51,6 +52,7 @@ class Summary:
     log: LogState
     by_load: LoadVerdict | None = None  # speedup per load bucket, the crossover, past it or not
     baseline: str | None = None  # what the baseline is: a fixed value, a curve, an A/B server
+    client_lag: LagInterval | None = None  # the daemon's own event-loop lag over the last interval
 
 
 def log_state(source: str | None, state: SourceState | None, ingest: LogIngest) -> LogState:
