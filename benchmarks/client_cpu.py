@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 
 from common import free_port, start_fastserver
-from specwatch.probe.client import Timeouts, execute, make_session
+from specwatch.probe.client import Timeouts, execute, make_session, make_streams
 from specwatch.probe.prompts import Prompt
 from specwatch.probe.stream import Attempt, GenParams, Target
 
@@ -39,9 +39,14 @@ async def raw(session: aiohttp.ClientSession, url: str, tokens: int) -> int:
     return chunks
 
 
+STREAMS = []
+
+
 async def ours(session: aiohttp.ClientSession, url: str, tokens: int) -> int:
+    if not STREAMS:
+        STREAMS.append(make_streams(8, Timeouts()))
     a = Attempt(Target("spec", url, "sglang"), Prompt("p", "code", text="x"), False, time.monotonic_ns())
-    rec = await execute(session, a, GenParams(max_tokens=tokens))
+    rec = await execute(STREAMS[0], a, GenParams(max_tokens=tokens))
     assert rec.ok, rec.error
     return len(rec.chunk_ns) + 1  # + the [DONE] event, as the bare loop counts it
 

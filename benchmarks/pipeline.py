@@ -124,29 +124,41 @@ async def specwatch_bench(url: str, api: str, streams: int, requests: int, token
 
 
 def load_bench_serving(wheel: str) -> dict:
-    """SGLang's bench_serving request functions, taken verbatim from the wheel's ``sglang/benchmark/serving.py``:
-    the module itself imports sglang's runtime (torch, zmq, transformers) at the top, so we compile only the
-    client classes and functions it uses to stream, with the same standard-library and aiohttp imports."""
+    """SGLang's bench_serving request functions, compiled verbatim from the wheel's
+    ``sglang/benchmark/serving.py`` with every top-level definition they reach: the module itself imports
+    sglang's runtime (torch, zmq, transformers) at its top, which a client benchmark does not need."""
     with zipfile.ZipFile(wheel) as z:
         src = z.read("sglang/benchmark/serving.py").decode()
     tree = ast.parse(src)
-    keep = {"RequestFuncInput", "RequestFuncOutput", "remove_prefix", "get_auth_headers", "_get_bool_env_var",
-            "async_request_sglang_generate", "async_request_openai_completions", "get_request_headers",
-            "_create_bench_client_session", "create_bench_client_session"}
-    nodes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-             and n.name in keep]
-    prelude = ("import json, os, sys, time, traceback, copy, aiohttp, orjson, numpy as np\n"
+    defs: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs[node.name] = node
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            for t in node.targets:
+                defs[t.id] = node  # type: ignore[union-attr]
+    want, todo = set(), ["async_request_sglang_generate", "async_request_openai_completions"]
+    while todo:
+        name = todo.pop()
+        if name in want or name not in defs:
+            continue
+        want.add(name)
+        todo += [n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name)]
+    body = [node for node in tree.body if any(defs.get(n) is node for n in want)]
+    prelude = ("import asyncio, json, os, sys, time, traceback, copy, importlib, shutil, aiohttp, orjson\n"
+               "import numpy as np\n"
                "from dataclasses import dataclass, field, replace\n"
                "from typing import Any, AsyncGenerator, Callable, Dict, List, Optional, Tuple, Union\n"
-               "AIOHTTP_TIMEOUT = aiohttp.ClientTimeout(total=6 * 60 * 60)\n"
-               "class _Args:\n    disable_ignore_eos = False\n    return_logprob = False\n"
-               "    return_routed_experts = False\n    header = None\n    extra_request_body = {}\n"
-               "    disable_stream = False\n    tokenize_prompt = False\n    backend = 'sglang'\n"
-               "    plot_throughput = False\n    ready_check_timeout_sec = 0\n    profile = False\n"
+               "tqdm = object\n"
+               "class _Args:\n"
+               "    temperature = 0.0; disable_ignore_eos = False; top_p = 1.0; disable_stream = False\n"
+               "    return_logprob = False; return_routed_experts = False; logprob_start_len = -1\n"
+               "    top_logprobs_num = 0; token_ids_logprob = None; cache_report = False; header = None\n"
+               "    backend = 'sglang'\n"
                "    def __getattr__(self, k):\n        return None\n"
                "args = _Args()\n")
     ns: dict = {}
-    exec(compile(prelude + ast.unparse(ast.Module(body=nodes, type_ignores=[])), "bench_serving", "exec"), ns)
+    exec(compile(prelude + ast.unparse(ast.Module(body=body, type_ignores=[])), "bench_serving", "exec"), ns)
     return ns
 
 
@@ -155,8 +167,8 @@ async def bench_serving(url: str, api: str, streams: int, requests: int, tokens:
     fn = ns["async_request_sglang_generate" if api == "sglang" else "async_request_openai_completions"]
     inp = ns["RequestFuncInput"]
     fields = set(inp.__dataclass_fields__)
-    kw = {"prompt": "x", "api_url": url + PATHS[api], "prompt_len": 1, "output_len": tokens, "model": "m"}
-    kw |= {k: v for k, v in {"lora_name": None, "image_data": None, "extra_request_body": {}}.items() if k in fields}
+    kw = {"prompt": "x", "api_url": url + PATHS[api], "prompt_len": 1, "output_len": tokens, "model": "m",
+          "lora_name": None, "image_data": None, "extra_request_body": {}}
     left = [requests]
     outs: list = []
 
@@ -173,10 +185,11 @@ async def bench_serving(url: str, api: str, streams: int, requests: int, tokens:
     ok = [o for o in outs if o.success]
     assert ok, outs[0].error
     t = np.array([o.ttft for o in ok]) * 1e3
-    g = np.array([x for o in ok for x in o.itl]) * 1e3  # bench_serving's ITL is per chunk
-    return {"cpu_s": cpu, "wall_s": wall, "chunks": sum(len(o.itl) + 1 for o in ok), "ttft_mean_ms": t.mean(),
-            "ttft_p99_ms": float(np.percentile(t, 99)), "gap_p99_ms": float(np.percentile(g, 99)),
-            "itl_mean_ms": None, "itl_p99_ms": None}
+    itl = np.array([x for o in ok for x in o.itl]) * 1e3  # per token: a chunk's gap over its tokens
+    return {"cpu_s": cpu, "wall_s": wall, "chunks": None, "ttft_mean_ms": t.mean(),
+            "ttft_p99_ms": float(np.percentile(t, 99)), "gap_p99_ms": None,
+            "itl_mean_ms": float(itl.mean()), "itl_p99_ms": float(np.percentile(itl, 99))}
+
 
 
 def child(a: argparse.Namespace) -> None:
@@ -212,6 +225,7 @@ def run_child(name: str, port: int, a: argparse.Namespace, streams: int, request
         raise SystemExit(f"{name} failed:\n{out.stderr[-3000:]}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
     res["truth"] = http(port, "GET", "/truth")
+    res["chunks"] = res["truth"]["chunks"]  # what the server sent: the same denominator for every client
     return res
 
 
@@ -283,7 +297,8 @@ def main() -> None:
                   f"{fmt(t['itl_p99_ms'], '.3f'):>8}→{fmt(r['itl_p99_ms'], '.3f'):<9}")
             if r.get("loop_lag"):
                 lag = r["loop_lag"]
-                print(f"{'':<26}event-loop lag p99 {fmt(lag.get('p99_ms'), '.3f')} ms, max "
+                worst = fmt(lag.get("worst_interval_p99_ms"), ".3f")
+                print(f"{'':<26}event-loop lag: worst interval p99 {worst} ms, max "
                       f"{fmt(lag.get('max_ms'), '.3f')} ms, distorted intervals {lag.get('distorted_intervals')}")
         if "bench_serving" in results:
             bs = results["bench_serving"]["cpu_s"] / results["bench_serving"]["chunks"]

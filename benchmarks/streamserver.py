@@ -58,6 +58,7 @@ class Stream(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        arrived = time.monotonic_ns()  # before any parsing: the truth starts when the request is read
         self.buf += data
         if self.busy:
             return
@@ -74,7 +75,6 @@ class Stream(asyncio.Protocol):
             return
         body, self.buf = self.buf[head_end + 4:head_end + 4 + length], self.buf[head_end + 4 + length:]
         method, path = head.split(" ", 2)[:2]
-        arrived = time.monotonic_ns()
         if method == "GET" and path == "/firsts":
             self.reply(orjson.dumps(self.log.firsts))
         elif method == "GET" and path == "/truth":

@@ -88,6 +88,16 @@ def verdict() -> db.Dashboard:
                            q(f"specwatch_breakeven_accept_length{{{SEL}}}", "{{instance}}"),
                            "Accept length at which speculation would match the baseline at the current cycle "
                            "time."))
+            .with_row(db.Row("Fleet (every selected sidecar)"))
+            .with_panel(st("Sidecars where speculation loses", "none",
+                           q(f"count(specwatch_speculation_below_baseline{{{SEL}}} == 1) or vector(0)", "losing"),
+                           "How many of the selected sidecars (one per replica) say speculation is slower than "
+                           "plain decoding now.", w=8))
+            .with_panel(st("Sidecars past the crossover", "none",
+                           q(f"count(specwatch_speculation_past_crossover{{{SEL}}} == 1) or vector(0)", "past"),
+                           "How many replicas run at or above the load where speculation stops paying.", w=8))
+            .with_panel(st("Sidecars reporting", "none", q(f"count(specwatch_build_info{{{SEL}}})", "sidecars"),
+                           w=8))
             .with_row(db.Row("Throughput"))
             .with_panel(ts("Decode tok/s vs baseline", "none",
                            q(f'specwatch_probe_tokens_per_second{{{TSEL},window="1m"}}', "{{target}} {{instance}}"),
@@ -98,12 +108,13 @@ def verdict() -> db.Dashboard:
             .with_panel(ts("Accept length: actual vs break-even", "none",
                            q(f'specwatch_probe_accept_length{{{SEL},target="spec",window="1m"}}',
                              "client {{instance}}"),
-                           q(f"specwatch_server_accept_length{{{SEL}}}", "server {{source}} dp{{dp_rank}}", "B"),
+                           q(f"specwatch_server_accept_length{{{SEL}}}", "server {{source}} dp{{dp_rank}} {{instance}}",
+                             "B"),
                            q(f"specwatch_breakeven_accept_length{{{SEL}}}", "break-even {{instance}}", "C")))
             .with_panel(ts("Per-position acceptance", "percentunit",
                            q(f"specwatch_server_position_acceptance_ratio{{{SEL}}} or "
                              f'specwatch_probe_position_acceptance_ratio{{{SEL},target="spec",window="5m"}}',
-                             "position {{position}} {{source}}{{target}}"),
+                             "position {{position}} {{source}}{{target}} {{instance}}"),
                            desc="Share of verify rounds that accepted draft position N: from vLLM's logs or "
                                 "metrics when the server is vLLM, else from SGLang's per-request histogram of "
                                 "accepted drafts (probe side)."))
@@ -141,11 +152,27 @@ def latency() -> db.Dashboard:
                           ("e2e", "End-to-end (from intended start)")):
         sel = f'{TSEL},window="1m",metric="{metric}"'
         d = d.with_panel(ts(f"{title} p50 / p90 / p99", "s",
-                            q(f'specwatch_probe_latency_quantile_seconds{{{sel},quantile="0.5"}}', "p50 {{target}}"),
-                            q(f'specwatch_probe_latency_quantile_seconds{{{sel},quantile="0.9"}}', "p90 {{target}}",
-                              "B"),
+                            q(f'specwatch_probe_latency_quantile_seconds{{{sel},quantile="0.5"}}',
+                              "p50 {{target}} {{instance}}"),
+                            q(f'specwatch_probe_latency_quantile_seconds{{{sel},quantile="0.9"}}',
+                              "p90 {{target}} {{instance}}", "B"),
                             q(f'specwatch_probe_latency_quantile_seconds{{{sel},quantile="0.99"}}',
-                              "p99 {{target}}", "C")))
+                              "p99 {{target}} {{instance}}", "C"),
+                            desc="Per sidecar (HDR quantiles do not add up across sidecars; the Fleet row "
+                                 "aggregates from histogram buckets)."))
+    d = d.with_row(db.Row("Fleet (every selected sidecar, from summed histogram buckets)"))
+    for name, title in (("ttft", "TTFT"), ("itl", "Per-token ITL"), ("inter_chunk", "Inter-chunk gap"),
+                        ("e2e", "End-to-end")):
+        bucket = f"rate(specwatch_probe_{name}_seconds_bucket{{{TSEL}}}[$__rate_interval])"
+        d = d.with_panel(ts(f"Fleet {title} p50 / p99", "s",
+                            q(f"histogram_quantile(0.5, sum by (le, target) ({bucket}))", "p50 {{target}}"),
+                            q(f"histogram_quantile(0.99, sum by (le, target) ({bucket}))", "p99 {{target}}", "B"),
+                            q(f"sum by (target) (rate(specwatch_probe_{name}_seconds_sum{{{TSEL}}}[$__rate_interval]))"
+                              f" / sum by (target) (rate(specwatch_probe_{name}_seconds_count{{{TSEL}}}"
+                              f"[$__rate_interval]))", "mean {{target}}", "C"),
+                            desc="Across every selected sidecar: quantiles interpolated within the summed "
+                                 "Prometheus buckets (bucket-resolution, not HDR-exact), mean from summed sums "
+                                 "and counts.", w=6))
     d = d.with_row(db.Row("Heatmaps"))
     for name, title in (("ttft", "TTFT"), ("itl", "Per-token ITL"), ("inter_chunk", "Inter-chunk gap"),
                         ("e2e", "End-to-end")):
@@ -161,7 +188,7 @@ def latency() -> db.Dashboard:
                           "B")))
          .with_panel(ts("Schedule lag p99 (1m)", "s",
                         q(f'specwatch_probe_latency_quantile_seconds{{{TSEL},window="1m",metric="schedule_lag",'
-                          f'quantile="0.99"}}', "{{target}}"),
+                          f'quantile="0.99"}}', "{{target}} {{instance}}"),
                         desc="Time requests waited past their intended start (open-loop probing).")))
     return d.build()
 
@@ -184,8 +211,16 @@ def health() -> db.Dashboard:
                            q(f"sum by (target, outcome) (rate(specwatch_probe_requests_total{{{TSEL}}}"
                              f"[$__rate_interval]))", "{{target}} {{outcome}}")))
             .with_panel(ts("Event-loop lag and tick time", "s",
-                           q(f"specwatch_event_loop_lag_seconds{{{SEL}}}", "loop lag {{instance}}"),
-                           q(f"specwatch_tick_duration_seconds{{{SEL}}}", "tick {{instance}}", "B")))
+                           q(f"specwatch_event_loop_lag_seconds{{{SEL}}}", "loop lag max {{instance}}"),
+                           q(f"specwatch_event_loop_lag_p99_seconds{{{SEL}}}", "loop lag p99 {{instance}}", "B"),
+                           q(f"specwatch_tick_duration_seconds{{{SEL}}}", "tick {{instance}}", "C"),
+                           desc="Over 1 ms at p99 the sidecar's own delay enters what it measures."))
+            .with_panel(ts("Measurement distorted", "none",
+                           q(f"specwatch_measurement_distorted{{{SEL}}}", "{{instance}}"),
+                           q(f"sum(increase(specwatch_distorted_intervals_total{{{SEL}}}[$__rate_interval]))",
+                             "distorted intervals (fleet)", "B"),
+                           desc="1 while the last interval's event-loop lag p99 exceeded 1 ms: probe latencies "
+                                "then include the sidecar's delay (give it a core, or --workers)."))
             .build())
 
 

@@ -223,3 +223,49 @@ def test_a_failed_bench_leaves_no_open_file_behind(tmp_path, how):
         assert "every request failed" in p.stderr
         assert hlog.read_text().startswith("#[specwatch interval log")
         assert len(records.read_text().splitlines()) == 3
+
+
+def test_report_of_two_half_runs_equals_the_full_run_exactly(procs, tmp_path):
+    """Records and interval logs of two halves merge into exactly the full run's numbers and histograms."""
+    sim = procs.sim(*SPEC5)
+    full, full_hlog = tmp_path / "full.jsonl", tmp_path / "full.hlog"
+    doc, _ = bench(sim.url, tmp_path, "--num-runs", "8", "--warmup", "0", "--concurrency", "2", "--max-tokens", "60",
+                   "--records", str(full), "--hlog", str(full_hlog))
+    run, *requests = full.read_text().splitlines(keepends=True)
+    halves = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    halves[0].write_text(run + "".join(requests[:3]))
+    halves[1].write_text(run + "".join(requests[3:]))
+
+    def report(*args: str) -> str:
+        p = subprocess.run(specwatch_cmd("report", *args), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    report(*map(str, halves), "--json", str(tmp_path / "merged.json"))
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert merged["results"] == doc["results"] and merged["runs"] == doc["runs"]
+    for i, half in enumerate(halves):
+        report(str(half), "--hlog", str(tmp_path / f"{i}.hlog"))
+    out = report(str(tmp_path / "0.hlog"), str(tmp_path / "1.hlog"), "--hlog", str(tmp_path / "m.hlog"), "--json",
+                 str(tmp_path / "m.json"))
+    assert "Interval logs merged (2 file(s))" in out and "spec.itl" in out
+
+    from specwatch.export.hlog import read
+
+    def hists(path):
+        return {tag: (h.get_total_count(), list(h.counts)) for tag, h in read(str(path))}
+
+    want, got = hists(full_hlog), hists(tmp_path / "m.hlog")
+    assert got == want and {"spec.ttft", "spec.itl", "spec.inter_chunk", "spec.tokens_per_chunk"} <= set(got)
+    m = json.loads((tmp_path / "m.json").read_text())["interval_logs"]
+    assert m["spec.ttft"]["p99"] == doc["results"]["latency_seconds"]["ttft"]["p99"]
+
+
+def test_report_names_the_bad_line_of_an_interval_log(tmp_path):
+    bad = tmp_path / "bad.hlog"
+    bad.write_text("#[StartTime: 1.0]\nTag=spec.itl,0.0,1.0,1.0,not-a-histogram\n")
+    p = subprocess.run(specwatch_cmd("report", str(bad)), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and f"{bad}:2: cannot decode the histogram" in p.stderr
+    bad.write_text("Tag=spec.nonsense,0.0,1.0,1.0,HISTFAAAAB\n")
+    p = subprocess.run(specwatch_cmd("report", str(bad)), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "is not target.metric" in p.stderr

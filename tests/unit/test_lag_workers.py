@@ -35,7 +35,7 @@ async def test_a_blocked_loop_is_seen_with_at_least_the_blocking_time():
     m = LagMonitor(period_s=0.002)
     task = asyncio.create_task(m.run())
     await asyncio.sleep(0.02)
-    time.sleep(0.03)  # a 30 ms stall of the loop, as a synchronous recorder would cause
+    time.sleep(0.03)  # noqa: ASYNC251 - the point: a 30 ms stall of the loop, as a synchronous recorder makes
     await asyncio.sleep(0.02)
     task.cancel()
     iv = m.close()

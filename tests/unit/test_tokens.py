@@ -97,9 +97,9 @@ def test_chunk_bound():
 
 
 def test_a_missing_or_broken_tokenizer_file_is_a_config_error_naming_it(tmp_path):
-    with pytest.raises(ConfigError, match="cannot load .*nope.json"):
+    with pytest.raises(ConfigError, match=r"cannot load .*nope\.json"):
         Tokenizer(str(tmp_path / "nope.json"))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ConfigError, match="bad.json"):
+    with pytest.raises(ConfigError, match=r"bad\.json"):
         Tokenizer(str(bad))

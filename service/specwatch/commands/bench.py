@@ -26,7 +26,7 @@ from ..export import bench_report
 from ..export.hlog import HlogWriter
 from ..probe import lag as lag_mod
 from ..probe import prompts as prompt_sets
-from ..probe.client import Access, Timeouts, make_session
+from ..probe.client import Access, Timeouts, make_session, make_streams
 from ..probe.detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams, Target
@@ -165,10 +165,14 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
             workers = Workers(jobs(plan, spec.workers, [target], plist, params, spec.timeouts, spec.access,
                                    spec.tokenizer))
             await workers.run(printer, asyncio.Event())
+            if workers.failed:
+                raise TargetError("probe worker(s) failed, the run is incomplete: " + "; ".join(workers.failed))
             lag = lag_mod.merge(workers.lag) if workers.lag else {}
         else:
-            lag = await _measure(Load(session, PromptCycle(plist, [target]), params, plan, printer, asyncio.Event(),
-                                      spec.timeouts, tokenizer=Tokenizer(spec.tokenizer) if spec.tokenizer else None))
+            tok = Tokenizer(spec.tokenizer) if spec.tokenizer else None
+            async with make_streams(plan.max_streams, spec.timeouts, spec.access) as streams:
+                lag = await _measure(Load(streams, PromptCycle(plist, [target]), params, plan, printer,
+                                          asyncio.Event(), spec.timeouts, tokenizer=tok))
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
     run = RunInfo(server_url=spec.server_url, api=info.api, model=info.model, server_info=info.info,

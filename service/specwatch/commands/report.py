@@ -1,20 +1,71 @@
 """``specwatch report FILE…``: replay records files written by ``bench --records`` through the same
-recorder into the same report, results document (``--json``) and interval log (``--hlog``).
+recorder into the same report, results document (``--json``) and interval log (``--hlog``); merge
+HdrHistogram interval logs (``.hlog``, from ``bench --hlog`` or the daemon's ``--hlog``) into one.
 
 Every stage runs offline: a run measured once can be reported again, and several files (bench pods of one
-fleet, or half-runs) merge exactly, since HDR histograms merge losslessly. The first file's run info heads
-the report.
+fleet, or half-runs) merge exactly, since HDR histograms merge losslessly. The first records file's run info
+heads the report. Interval logs are merged per tag (``target.metric``) over every interval of every file;
+with no records file, ``--hlog`` writes that merge as one interval.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
+
+import orjson
+from hdrh.histogram import HdrHistogram
 
 from .. import codec, options
 from ..errors import RecordFileError
+from ..export import hlog
+from ..export.format import fmt
+from ..hdr import hdr_quantiles
+from ..recorder.stats import Stats, unit
+from ..recorder.windows import Interval
 from ..records import RequestRecord, RunInfo
 from .bench import analyse, write_outputs
+
+QS = (0.5, 0.9, 0.99, 1.0)
+
+
+def is_hlog(path: str) -> bool:
+    if path.endswith(".hlog"):
+        return True
+    with open(path, "rb") as f:
+        head = f.read(64).lstrip()
+    return head.startswith((b"#[", b"Tag=", b'"StartTimestamp"'))
+
+
+def describe(merged: dict[str, HdrHistogram]) -> dict[str, dict[str, Any]]:
+    """Per tag: count, p50/p90/p99/max and HDR mean, in seconds (latencies) or the metric's own unit."""
+    out = {}
+    for tag, h in sorted(merged.items()):
+        div = unit(tag.partition(".")[2])
+        q = [None if v is None else v / div for v in hdr_quantiles(h, QS)]
+        out[tag] = {"count": h.get_total_count(), "p50": q[0], "p90": q[1], "p99": q[2], "max": q[3],
+                    "mean": h.get_mean_value() / div if h.get_total_count() else None}
+    return out
+
+
+def hlog_text(summary: dict[str, dict[str, Any]], files: list[str]) -> str:
+    rows = [f"  Interval logs merged ({len(files)} file(s)): latencies in ms",
+            f"    {'tag':<26}{'count':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
+    for tag, d in summary.items():
+        scale = 1e3 if tag.partition(".")[2] in hlog.LATENCY_METRICS else 1.0
+        vals = "".join(fmt(None if d[k] is None else d[k] * scale, ">10.3f") for k in ("p50", "p90", "p99", "max"))
+        rows.append(f"    {tag:<26}{d['count']:>10}{vals}")
+    return "\n".join(rows)
+
+
+def write_merged_hlog(path: str, merged: dict[str, HdrHistogram]) -> None:
+    parts: dict[str, Stats] = {}
+    for tag, h in merged.items():
+        target, _, metric = tag.partition(".")
+        parts.setdefault(target, Stats(h.significant_figures)).hists[metric] = h
+    with open(path, "w", encoding="utf-8") as f:
+        hlog.HlogWriter(f, start_ns=0).write(Interval(0, 0, parts))
 
 
 def load(paths: list[str]) -> tuple[RunInfo, list[RequestRecord]]:
@@ -34,19 +85,38 @@ def load(paths: list[str]) -> tuple[RunInfo, list[RequestRecord]]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="specwatch report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", help="records files (JSON Lines) from bench --records")
+    p.add_argument("files", nargs="+", help="records files (JSON Lines) from bench --records, and/or .hlog "
+                   "interval logs (bench --hlog, run --hlog)")
     options.add_flags(p, {"json": None, "hlog": None})
     a = p.parse_args(argv)
     try:
-        info, records = load(a.files)
+        logs = [f for f in a.files if is_hlog(f)]
+        rec_files = [f for f in a.files if f not in logs]
+        result = None
+        if rec_files:
+            info, records = load(rec_files)
+            result = analyse(info, records)
+        merged_hists = hlog.merge_files(logs) if logs else None
+        merged = describe(merged_hists) if merged_hists is not None else None
     except OSError as exc:
         print(f"specwatch report: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     except RecordFileError as exc:
         print(f"specwatch report: {exc}", file=sys.stderr)
         return 2
-    result = analyse(info, records)
-    print(f"Report of {len(records)} records from {', '.join(a.files)} ({info.server_url}, api {info.api})")
-    print(result.text)
-    write_outputs(result, info, records, a.json, None, a.hlog)
+    if result is not None:
+        print(f"Report of {len(records)} records from {', '.join(rec_files)} ({info.server_url}, api {info.api})")
+        print(result.text)
+    if merged is not None:
+        print(hlog_text(merged, logs))
+    if result is not None:
+        doc = result.doc | ({"interval_logs": merged} if merged is not None else {})
+        write_outputs(result, info, records, None, None, a.hlog)
+    else:
+        doc = {"interval_logs": merged, "files": logs}
+        if a.hlog and merged_hists is not None:
+            write_merged_hlog(a.hlog, merged_hists)
+    if a.json:
+        with open(a.json, "wb") as f:
+            f.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     return 0

@@ -36,7 +36,7 @@ from ..export.prometheus import Exporter, window_label
 from ..export.summary import Summary, TargetState, log_state, server_state
 from ..export.view import View
 from ..probe import prompts as prompt_sets
-from ..probe.client import Access, Timeouts, make_session
+from ..probe.client import Access, Timeouts, make_session, make_streams
 from ..probe.detect import wait_for_target
 from ..probe.lag import LagInterval, LagMonitor
 from ..probe.load import Load, LoadPlan, PromptCycle
@@ -177,12 +177,15 @@ class Daemon:
         params = GenParams(max_tokens=c.max_tokens, temperature=c.temperature, ignore_eos=True)
         if c.workers > 1:
             access = Access(c.api_key, c.ca_file)
-            await Workers(jobs(plan, c.workers, targets, plist, params, limits, access, c.tokenizer)).run(
-                self.on_record, self.stop)
+            workers = Workers(jobs(plan, c.workers, targets, plist, params, limits, access, c.tokenizer))
+            await workers.run(self.on_record, self.stop)
+            if workers.failed or not self.stop.is_set():
+                raise RuntimeError("probe workers ended: " + ("; ".join(workers.failed) or "without being stopped"))
             return
         tok = Tokenizer(c.tokenizer) if c.tokenizer else None
-        await Load(session, PromptCycle(plist, targets), params, plan, self.on_record, self.stop, limits,
-                   tokenizer=tok).run()
+        async with make_streams(plan.max_streams, limits, Access(c.api_key, c.ca_file)) as streams:
+            await Load(streams, PromptCycle(plist, targets), params, plan, self.on_record, self.stop, limits,
+                       tokenizer=tok).run()
 
     def scraper(self, session: aiohttp.ClientSession) -> Coroutine[Any, Any, None]:
         state = self.exporter.sources.scrape = ScrapeState()

@@ -1,14 +1,15 @@
-"""The probe's I/O seam: one pooled aiohttp session, one streamed request → one ``RequestRecord``.
+"""The probe's I/O seam: one streamed request → one ``RequestRecord``, and the pooled aiohttp session for
+everything that is not a stream (detection, scrapes, info queries).
 
-Source stage. Failures become records with an outcome and a one-line reason, never exceptions
-(``CancelledError`` excepted: the load loop records it and re-raises). The stream's meaning is
-``stream.Attempt``'s; this module only moves bytes and stamps their arrival.
+Source stage. Streams go over ``h1.Streams``, which parses each response inside the loop's read callback
+(the arrival stamp is taken there); ``execute`` sends, waits for the outcome and turns it into a record.
+Failures become records with an outcome and a one-line reason, never exceptions (``CancelledError``
+excepted: the load loop records it and re-raises). The stream's meaning is ``stream.Attempt``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import ssl
 import time
 from dataclasses import dataclass
@@ -16,16 +17,13 @@ from typing import Any
 
 import aiohttp
 import orjson
-from aiohttp.client_proto import ResponseHandler
 
-from ..errors import StreamError, TargetError
+from ..errors import TargetError
 from ..options import redact
 from ..records import Outcome, RequestRecord
-from .sse import SSEParser
+from .h1 import Exchange, Origin, Streams, wait_body
 from .stream import PATHS, Attempt, GenParams, build_payload
 
-JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-YIELD_AFTER_BYTES = 64 * 1024  # SSE chunks are a few hundred bytes; only a flood reads this much at once
 CONTROL_CONNECTIONS = 4  # beyond the streams: detection, the server-metrics scrape, info queries
 
 
@@ -47,27 +45,6 @@ class Access:
         return f"Access(api_key={'<set>' if self.api_key else None}, ca_file={self.ca_file!r})"
 
 
-async def _stamp_send(_: aiohttp.ClientSession, ctx: Any, __: Any) -> None:
-    """aiohttp is about to hand the request's bytes to the transport (its body's chunk, in the same step as
-    the write): the send the server sees. The stamp taken before ``post`` would also hold the wait for a
-    connection and for the loop, which is the client's delay (schedule lag), not the server's TTFT."""
-    attempt = ctx.trace_request_ctx
-    if isinstance(attempt, Attempt):
-        attempt.sent_ns = time.monotonic_ns()
-
-
-class StampingHandler(ResponseHandler):
-    """aiohttp's connection protocol, stamping the moment bytes arrive: the event loop calls
-    ``data_received`` as it reads the socket, before any stream's task resumes. A stamp taken in the
-    reading task would add the time every other stream woken in the same loop iteration spent first."""
-
-    arrived_ns = 0
-
-    def data_received(self, data: bytes) -> None:
-        self.arrived_ns = time.monotonic_ns()
-        super().data_received(data)
-
-
 def make_session(max_streams: int, timeouts: Timeouts, access: Access | None = None) -> aiohttp.ClientSession:
     """One pooled session. Connector limit and timeouts are explicit: aiohttp's defaults queue silently
     past 100 connections and cut every request at 5 minutes. Callers pass the number that caps their
@@ -76,13 +53,10 @@ def make_session(max_streams: int, timeouts: Timeouts, access: Access | None = N
     limit = max_streams + CONTROL_CONNECTIONS
     ssl_ctx = ssl.create_default_context(cafile=access.ca_file) if access.ca_file else True
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300, ssl=ssl_ctx)
-    connector._factory = functools.partial(StampingHandler, loop=connector._loop)  # type: ignore[assignment]
     timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_read=timeouts.read_s)
     headers = {"Authorization": f"Bearer {access.api_key}"} if access.api_key else None
-    trace = aiohttp.TraceConfig()
-    trace.on_request_chunk_sent.append(_stamp_send)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**20, headers=headers,
-                                 json_serialize=lambda o: orjson.dumps(o).decode(), trace_configs=[trace])
+                                 json_serialize=lambda o: orjson.dumps(o).decode())
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
@@ -100,61 +74,80 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
             return None
 
 
-def _slices(data: bytes) -> list[bytes] | tuple[bytes]:
-    if len(data) <= YIELD_AFTER_BYTES:
-        return (data,)
-    view = memoryview(data)
-    return [bytes(view[i:i + YIELD_AFTER_BYTES]) for i in range(0, len(data), YIELD_AFTER_BYTES)]
+def make_streams(max_streams: int, timeouts: Timeouts, access: Access | None = None) -> Streams:
+    """The streaming transport's pool (``h1``), sized like the session: one connection per stream."""
+    access = access or Access()
+    return Streams(max_streams, timeouts.connect_s, access.api_key, access.ca_file)
 
 
-async def execute(session: aiohttp.ClientSession, attempt: Attempt, params: GenParams,
-                  limits: Timeouts = Timeouts()) -> RequestRecord:
+class _Watchdog:
+    """One timer per stream, re-armed only when it fires: silence (no byte for ``read_s``), a drip (bytes but
+    no token for ``read_s``) and the whole-request deadline, without a timer operation per chunk."""
+
+    __slots__ = ("attempt", "deadline_ns", "ex", "handle", "limits", "loop", "read_ns")
+
+    def __init__(self, ex: Exchange, attempt: Attempt, limits: Timeouts, loop: asyncio.AbstractEventLoop) -> None:
+        self.ex, self.attempt, self.limits, self.loop = ex, attempt, limits, loop
+        self.read_ns = int(limits.read_s * 1e9)
+        self.deadline_ns = attempt.sent_ns + int(limits.request_s * 1e9)
+        self.handle: asyncio.TimerHandle | None = None
+        self._arm(min(self.read_ns, self.deadline_ns - attempt.sent_ns))
+
+    def _arm(self, delay_ns: int) -> None:
+        self.handle = self.loop.call_later(max(delay_ns, 1_000_000) / 1e9, self._check)
+
+    def _check(self) -> None:
+        ex, a, now = self.ex, self.attempt, time.monotonic_ns()
+        last_token = a.chunk_ns[-1] if a.chunk_ns else a.sent_ns
+        if ex.done.done():
+            return
+        if now - ex.bytes_ns >= self.read_ns:
+            ex.fail(Outcome.TIMEOUT, "read timed out")
+        elif now - last_token >= self.read_ns:
+            ex.fail(Outcome.TIMEOUT, f"no token for {self.limits.read_s:g}s while bytes kept arriving")
+        elif now >= self.deadline_ns:
+            ex.fail(Outcome.TIMEOUT, f"request exceeded its {self.limits.request_s:g}s deadline")
+        else:
+            self._arm(min(ex.bytes_ns + self.read_ns, last_token + self.read_ns, self.deadline_ns) - now)
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+
+
+async def execute(streams: Streams, attempt: Attempt, params: GenParams, limits: Timeouts = Timeouts()
+                  ) -> RequestRecord:
+    """Stream one request on ``streams``; every outcome is a record (``CancelledError`` propagates)."""
     target = attempt.target
-    url = target.base_url + PATHS[target.api]
-    body = orjson.dumps(build_payload(target, attempt.prompt, params))
-    attempt.sent_ns = time.monotonic_ns()
-
-    def fail(outcome: Outcome, error: str, http_status: int | None = None) -> RequestRecord:
-        return attempt.finish(outcome, time.monotonic_ns(), error, http_status)
-
-    progress_ns, deadline_ns = int(limits.read_s * 1e9), attempt.sent_ns + int(limits.request_s * 1e9)
-    try:
-        async with session.post(url, data=body, headers=JSON_HEADERS, allow_redirects=False,
-                                trace_request_ctx=attempt) as resp:
-            if resp.status != 200:
-                snippet = (await resp.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
-                where = f" to {redact(resp.headers.get('Location', ''))}" if 300 <= resp.status < 400 else ""
-                return fail(Outcome.HTTP_ERROR, f"HTTP {resp.status}{where}: {snippet}", resp.status)
-            parser = SSEParser()
-            proto = resp.connection.protocol if resp.connection is not None else None
-            stamped = isinstance(proto, StampingHandler)
-            async for data in resp.content.iter_any():
-                now = proto.arrived_ns if stamped else time.monotonic_ns()  # type: ignore[union-attr]
-                for piece in _slices(data):
-                    for ev in parser.feed(piece):
-                        if attempt.handle(ev.data, now):
-                            return attempt.finish(Outcome.OK, now, http_status=200)
-                    if len(data) > YIELD_AFTER_BYTES:  # a flood already buffered is handed over without an
-                        await asyncio.sleep(0)  # await: let the other streams (and /healthz) run between slices
-                last = attempt.chunk_ns[-1] if attempt.chunk_ns else attempt.sent_ns
-                if now - last > progress_ns:  # bytes arrive, tokens do not: a drip
-                    return fail(Outcome.TIMEOUT, f"no token for {limits.read_s:g}s while bytes kept arriving")
-                if now > deadline_ns:
-                    return fail(Outcome.TIMEOUT, f"request exceeded its {limits.request_s:g}s deadline")
-            now = time.monotonic_ns()
-            for ev in parser.close():
-                if attempt.handle(ev.data, now):
-                    return attempt.finish(Outcome.OK, now, http_status=200)
-            return fail(Outcome.STREAM_ERROR, "stream ended without [DONE]", 200)
-    except StreamError as exc:
-        return fail(Outcome.STREAM_ERROR, str(exc), 200)
-    except aiohttp.ConnectionTimeoutError:
-        return fail(Outcome.CONNECT_ERROR, "connect timed out")
-    except TimeoutError:
-        return fail(Outcome.TIMEOUT, "read timed out" if attempt.sent_ns else "timed out")
-    except aiohttp.ClientConnectorError as exc:
-        return fail(Outcome.CONNECT_ERROR, f"cannot connect: {exc.os_error or exc}")
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-        return fail(Outcome.STREAM_ERROR, f"connection lost mid-stream: {type(exc).__name__}: {exc}")
-    except aiohttp.ClientError as exc:
-        return fail(Outcome.STREAM_ERROR, f"{type(exc).__name__}: {exc}")
+    origin = Origin.of(target.base_url)
+    request = streams.request(origin, PATHS[target.api], orjson.dumps(build_payload(target, attempt.prompt, params)))
+    loop = asyncio.get_running_loop()
+    for retry in (False, True):
+        attempt.sent_ns = time.monotonic_ns()  # until the write below: a failed connect is stamped here
+        try:
+            conn, reused = await streams.acquire(origin)
+        except TimeoutError:
+            return attempt.finish(Outcome.CONNECT_ERROR, time.monotonic_ns(), "connect timed out")
+        except (OSError, ssl.SSLError) as exc:
+            return attempt.finish(Outcome.CONNECT_ERROR, time.monotonic_ns(), f"cannot connect: {exc}")
+        ex = Exchange(attempt, loop)
+        conn.exchange = ex
+        reusable = False
+        watchdog: _Watchdog | None = None
+        try:
+            assert conn.transport is not None
+            attempt.sent_ns = ex.bytes_ns = time.monotonic_ns()  # the bytes go to the socket now
+            conn.transport.write(request)
+            watchdog = _Watchdog(ex, attempt, limits, loop)
+            failure = await ex.done
+            if failure is None:
+                reusable = await wait_body(ex, conn, 1.0)
+                return attempt.finish(Outcome.OK, ex.when_ns, http_status=200)
+            if reused and not ex.seen and not retry and failure.outcome is Outcome.STREAM_ERROR:
+                continue  # the server had closed the idle connection: once more on a fresh one
+            return attempt.finish(failure.outcome, ex.when_ns, failure.error, failure.http_status)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            streams.release(origin, conn, reusable)
+    raise AssertionError("unreachable")  # pragma: no cover

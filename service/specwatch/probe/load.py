@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import aiohttp
-
 from ..records import Outcome, RequestRecord
 from .client import Timeouts, execute
+from .h1 import Streams
 from .prompts import Prompt
 from .schedule import make_pacer
 from .stream import Attempt, GenParams, Target
@@ -58,7 +57,7 @@ class PromptCycle:
 class Load:
     """One load run: what to send, how, where the records go, and when to stop."""
 
-    session: aiohttp.ClientSession
+    streams: Streams
     cycle: PromptCycle
     params: GenParams
     plan: LoadPlan
@@ -86,7 +85,7 @@ class Load:
         self.in_flight[0] += 1
         mine = self.in_flight[0]  # the probe's own concurrency as it was sent, itself included
         try:
-            rec = await execute(self.session, attempt, self.params, self.limits)
+            rec = await execute(self.streams, attempt, self.params, self.limits)
         except asyncio.CancelledError:
             self.sink(dataclasses.replace(attempt.finish(Outcome.CANCELLED, time.monotonic_ns(),
                                                          "cancelled at shutdown"), probe_concurrency=mine))

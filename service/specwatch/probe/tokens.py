@@ -12,7 +12,7 @@ A server that ignores ``stream_options.continuous_usage_stats`` sends each chunk
    ``chunk_tokens_max = total - chunks + 1``: every chunk holds between 1 and that many tokens (a server
    may coalesce several verify rounds into one chunk, so no tighter bound holds without per-chunk counts).
    Each chunk's per-token ITL then lies in [gap / max, gap]. Totals stay exact: tokens, chunks, inter-chunk
-   gaps, TTFT, e2e and the mean tokens per chunk.
+   gaps, TTFT and e2e.
 """
 
 from __future__ import annotations

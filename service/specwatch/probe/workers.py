@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..records import RequestRecord
-from .client import Access, Timeouts, make_session
+from .client import Access, Timeouts, make_streams
 from .lag import LagMonitor, summary
 from .load import Load, LoadPlan, PromptCycle
 from .prompts import Prompt
@@ -90,23 +90,25 @@ def jobs(plan: LoadPlan, n: int, targets: Sequence[Target], prompts: Sequence[Pr
 
 # ---- the worker process -------------------------------------------------------------------------------
 
-def _worker(conn: Connection, job: Job) -> None:
+def _worker(conn: Connection, stop_conn: Connection, job: Job) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import uvloop
 
-    uvloop.run(_work(conn, job))
+    uvloop.run(_work(conn, stop_conn, job))
 
 
-async def _work(conn: Connection, job: Job) -> None:
+async def _work(conn: Connection, stop_conn: Connection, job: Job) -> None:
+    """``conn`` (blocking, to the parent) carries records; ``stop_conn`` (from the parent) is watched by the
+    loop, which makes its descriptor non-blocking: the two must not share one."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     batch: list[RequestRecord] = []
 
     def on_parent() -> None:
         with contextlib.suppress(EOFError, OSError):
-            conn.recv_bytes()
+            stop_conn.recv_bytes()
         stop.set()  # a stop message, or the parent went away
-        loop.remove_reader(conn.fileno())
+        loop.remove_reader(stop_conn.fileno())
 
     def flush() -> None:
         if batch:
@@ -118,13 +120,13 @@ async def _work(conn: Connection, job: Job) -> None:
             await asyncio.sleep(job.flush_s)
             flush()
 
-    loop.add_reader(conn.fileno(), on_parent)
+    loop.add_reader(stop_conn.fileno(), on_parent)
     monitor = LagMonitor(interval_s=1.0)
     tok = Tokenizer(job.tokenizer) if job.tokenizer else None
-    async with make_session(job.plan.max_streams, job.timeouts, job.access) as session:
+    async with make_streams(job.plan.max_streams, job.timeouts, job.access) as streams:
         helpers = [asyncio.create_task(monitor.run()), asyncio.create_task(flusher())]
         try:
-            await Load(session, PromptCycle(job.prompts, job.targets), job.params, job.plan, batch.append, stop,
+            await Load(streams, PromptCycle(job.prompts, job.targets), job.params, job.plan, batch.append, stop,
                        job.timeouts, tokenizer=tok).run()
         finally:
             for t in helpers:
@@ -141,20 +143,25 @@ class Workers:
     def __init__(self, jobs: Sequence[Job]) -> None:
         self.jobs = list(jobs)
         self.lag: list[dict[str, Any]] = []  # one summary per worker that finished
+        self.failed: list[str] = []  # workers that died: their unsent records are lost
 
     async def run(self, sink: Callable[[RequestRecord], None], stop: asyncio.Event) -> None:
         """Start the workers, feed every record to ``sink`` on this loop, return when all have finished
         (``stop``: ask them to drain and finish). Cancelled: the workers are killed."""
         ctx = multiprocessing.get_context("spawn")  # a fork of a running event loop is not safe
         loop = asyncio.get_running_loop()
-        procs, conns = [], []
+        procs, conns, stops = [], [], []
         for job in self.jobs:
-            mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(theirs, job), name=f"specwatch-worker-{job.index}", daemon=True)
+            mine, theirs = ctx.Pipe(duplex=False)  # records: worker → parent
+            their_stop, my_stop = ctx.Pipe(duplex=False)  # stop: parent → worker
+            p = ctx.Process(target=_worker, args=(theirs, their_stop, job), name=f"specwatch-worker-{job.index}",
+                            daemon=True)
             p.start()
             theirs.close()
+            their_stop.close()
             procs.append(p)
             conns.append(mine)
+            stops.append(my_stop)
         finished = [loop.create_future() for _ in procs]
 
         def deliver(batch: list[RequestRecord]) -> None:
@@ -185,7 +192,7 @@ class Workers:
 
         async def relay_stop() -> None:
             await stop.wait()
-            for c in conns:
+            for c in stops:
                 with contextlib.suppress(OSError):
                     c.send_bytes(STOP)
 
@@ -201,7 +208,8 @@ class Workers:
             for p in procs:
                 await asyncio.to_thread(p.join, 10)
                 if p.exitcode not in (0, None):
+                    self.failed.append(f"{p.name} exited with code {p.exitcode}")
                     log.warning("probe worker %s exited with code %s", p.name, p.exitcode)
-            for c in conns:
+            for c in (*conns, *stops):
                 c.close()
         self.lag = [r for r in results if r is not None]

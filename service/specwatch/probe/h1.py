@@ -1,0 +1,386 @@
+"""The probe's streaming transport: HTTP/1.1 POSTs whose responses are parsed in ``data_received``.
+
+Source stage. A general HTTP client hands every arrival to a reader task: the bytes wait in a buffer, a
+future wakes the task, the task parses — per chunk, at 30k chunks/s. Here the protocol itself decodes the
+chunked body, splits SSE events and feeds them to the request's ``Attempt`` inside the loop's read
+callback: one timestamp per read taken as the loop hands the bytes over, no task switch per chunk, and a
+stream in flight costs nothing between its chunks. The request's coroutine only waits for the outcome.
+
+Scope is what an SGLang or vLLM stream needs: ``POST`` with a JSON body, ``Content-Length``, chunked or
+close-delimited responses, keep-alive (a pool of at most ``limit`` connections per process, reused per
+host), TLS with an optional CA bundle, the API key as ``Authorization: Bearer``. No redirects, proxies or
+compression (we never ask for any). Detection, scrapes and info queries keep using aiohttp.
+
+Every failure resolves the exchange with a ``Failure`` (the client turns it into a record's outcome):
+connect errors, a status other than 200 (with the first 200 bytes of its body), a malformed head or chunk,
+a connection lost mid-stream, silence or a drip past ``read_s``, the whole-request deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from .. import __version__
+from ..errors import SSEError, StreamError
+from ..records import Outcome
+from .sse import SSEParser
+from .stream import Attempt
+
+MAX_HEAD_BYTES = 64 * 1024
+MAX_SNIPPET = 200
+USER_AGENT = f"specwatch/{__version__}"
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    outcome: Outcome
+    error: str
+    http_status: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> Origin:
+        u = urlsplit(url)
+        return cls(u.scheme, u.hostname or "", u.port or (443 if u.scheme == "https" else 80))
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+HEAD, SIZE, DATA, DATA_CRLF, TRAILER, LENGTH, UNTIL_CLOSE, COMPLETE = range(8)
+
+
+class Exchange:
+    """One request's response, parsed as it arrives. ``done`` resolves with None (the stream finished:
+    ``[DONE]`` or its body ended after one) or a ``Failure``; ``complete`` says the body was read to its
+    end, so the connection may carry another request."""
+
+    __slots__ = ("_buf", "_left", "_location", "_snippet", "_sse", "attempt", "bytes_ns", "done", "ended",
+                 "keep_alive", "loop", "seen", "state", "status", "when_ns")
+
+    def __init__(self, attempt: Attempt, loop: asyncio.AbstractEventLoop) -> None:
+        self.attempt = attempt
+        self.loop = loop
+        self.done: asyncio.Future[Failure | None] = loop.create_future()
+        self.ended: asyncio.Future[None] = loop.create_future()  # the body was read to its end, or lost
+        self.state = HEAD
+        self._location = ""
+        self.status = 0
+        self.keep_alive = True
+        self._buf = b""
+        self._left = 0
+        self._snippet = b""
+        self._sse = SSEParser()
+        self.bytes_ns = 0  # the last arrival of any byte
+        self.seen = False  # any byte of a response at all (a reused connection that died unseen is retried)
+        self.when_ns = 0  # when the outcome was decided: the arrival stamp of the bytes that decided it
+
+    @property
+    def complete(self) -> bool:
+        return self.state == COMPLETE
+
+    def resolve(self, result: Failure | None) -> None:
+        if not self.done.done():
+            self.when_ns = self.bytes_ns if result is None else time.monotonic_ns()
+            self.done.set_result(result)
+
+    def fail(self, outcome: Outcome, error: str, status: int | None = None) -> None:
+        self.keep_alive = False
+        self.resolve(Failure(outcome, error, status))
+
+    # ---- bytes in ---------------------------------------------------------------------------------
+    def feed(self, data: bytes, now: int) -> None:
+        self.bytes_ns = now
+        self.seen = True
+        try:
+            self._feed(data, now)
+        except (StreamError, SSEError) as exc:
+            self.fail(Outcome.STREAM_ERROR, str(exc), self.status or None)
+
+    def _feed(self, data: bytes, now: int) -> None:
+        buf = self._buf + data if self._buf else data
+        self._buf = b""
+        pos, n = 0, len(buf)
+        while pos < n:
+            st = self.state
+            if st == DATA:
+                take = min(self._left, n - pos)
+                self._body(buf[pos:pos + take] if take < n else buf, now)
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    self.state = DATA_CRLF
+            elif st == SIZE:
+                end = buf.find(b"\r\n", pos)
+                if end < 0:
+                    self._keep(buf, pos, 1024, "a chunk size line")
+                    return
+                size_field = buf[pos:end].split(b";", 1)[0].strip()
+                try:
+                    size = int(size_field, 16)
+                except ValueError:
+                    raise StreamError(f"malformed chunk size {size_field[:20]!r}") from None
+                pos = end + 2
+                if size == 0:
+                    self.state = TRAILER
+                elif n - pos >= size + 2 and buf[pos + size:pos + size + 2] == b"\r\n":  # the whole chunk is here
+                    self._body(buf[pos:pos + size], now)
+                    pos += size + 2
+                else:
+                    self._left = size
+                    self.state = DATA
+            elif st == DATA_CRLF:
+                if n - pos < 2:
+                    self._keep(buf, pos, 2, "")
+                    return
+                if buf[pos:pos + 2] != b"\r\n":
+                    raise StreamError("a chunk did not end with CRLF")
+                pos += 2
+                self.state = SIZE
+            elif st == LENGTH:
+                take = min(self._left, n - pos)
+                self._body(buf[pos:pos + take], now)
+                pos += take
+                self._left -= take
+                if self._left == 0:
+                    self._end(now)
+            elif st == UNTIL_CLOSE:
+                self._body(buf[pos:], now)
+                return
+            elif st == HEAD:
+                end = buf.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    self._keep(buf, pos, MAX_HEAD_BYTES, "the response head")
+                    return
+                self._head(buf[pos:end])
+                pos = end + 4
+                if self.state == COMPLETE:
+                    self._end(now)
+            elif st == TRAILER:  # trailer fields, if any, then the empty line that ends the body
+                end = buf.find(b"\r\n", pos)
+                if end < 0:
+                    self._keep(buf, pos, MAX_HEAD_BYTES, "the trailer")
+                    return
+                empty = end == pos
+                pos = end + 2
+                if empty:
+                    self._end(now)
+            else:  # COMPLETE: bytes after the response end are not ours
+                self.keep_alive = False
+                return
+
+    def _keep(self, buf: bytes, pos: int, limit: int, what: str) -> None:
+        rest = buf[pos:]
+        if len(rest) > limit:
+            raise StreamError(f"{what} exceeded {limit} bytes")
+        self._buf = rest
+
+    def _head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise StreamError(f"not an HTTP/1.1 response: {lines[0][:60]!r}")
+        self.status = int(parts[1])
+        chunked, length, close = False, None, parts[0] == b"HTTP/1.0"
+        location = ""
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            value = value.strip()
+            if name == b"transfer-encoding":
+                chunked = value.lower().endswith(b"chunked")
+            elif name == b"content-length":
+                if not value.isdigit():
+                    raise StreamError(f"malformed Content-Length {value[:20]!r}")
+                length = int(value)
+            elif name == b"connection":
+                close = value.lower() == b"close" or (close and value.lower() != b"keep-alive")
+            elif name == b"location":
+                location = value.decode("latin-1")
+        self.keep_alive = not close
+        if chunked:
+            self.state = SIZE
+        elif length is not None:
+            self._left = length
+            self.state = LENGTH if length else COMPLETE
+        else:
+            self.state = UNTIL_CLOSE
+            self.keep_alive = False
+        self._location = location
+
+    def _body(self, piece: bytes, now: int) -> None:
+        if self.status != 200:
+            self._snippet += piece[:MAX_SNIPPET - len(self._snippet)]
+            if len(self._snippet) >= MAX_SNIPPET:
+                self._http_error()
+            return
+        if self.done.done():
+            return  # after [DONE] or a failure: read to the end, keep nothing
+        attempt = self.attempt
+        for ev in self._sse.feed(piece):
+            if attempt.handle(ev.data, now):
+                self.resolve(None)
+                return
+
+    def _http_error(self) -> None:
+        if self.done.done():
+            return
+        text = self._snippet.decode("utf-8", "replace").replace("\n", " ")
+        where = ""
+        if 300 <= self.status < 400:
+            from ..options import redact
+
+            where = f" to {redact(self._location)}"
+        self.fail(Outcome.HTTP_ERROR, f"HTTP {self.status}{where}: {text}", self.status)
+
+    def _end(self, now: int) -> None:
+        """The body ended (its length read, or the last chunk and trailer)."""
+        self.state = COMPLETE
+        if not self.ended.done():
+            self.ended.set_result(None)
+        if self.status != 200:
+            self._http_error()
+            return
+        if not self.done.done():
+            for ev in self._sse.close():
+                if self.attempt.handle(ev.data, now):
+                    self.resolve(None)
+                    return
+            self.fail(Outcome.STREAM_ERROR, "stream ended without [DONE]", 200)
+
+    def lost(self, exc: Exception | None) -> None:
+        """The connection closed: the end of a close-delimited body, or a loss."""
+        self.keep_alive = False
+        if not self.ended.done():
+            self.ended.set_result(None)
+        if self.state == UNTIL_CLOSE:
+            self._end(time.monotonic_ns())
+        elif self.state != COMPLETE and not self.done.done():
+            why = f"{type(exc).__name__}: {exc}" if exc else "the server closed the connection"
+            self.fail(Outcome.STREAM_ERROR, f"connection lost mid-stream: {why}", self.status or None)
+
+
+class Connection(asyncio.Protocol):
+    __slots__ = ("exchange", "lost", "transport", "uses")
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.exchange: Exchange | None = None
+        self.lost = False
+        self.uses = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.exchange
+        if ex is None:  # an idle connection has nothing to say
+            if self.transport is not None:
+                self.transport.close()
+            return
+        ex.feed(data, time.monotonic_ns())
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.exchange is not None:
+            self.exchange.lost(exc)
+
+
+class Streams:
+    """A pool of at most ``limit`` connections (every stream in flight holds one, so none waits unmeasured
+    when the caller sizes it from ``LoadPlan.max_streams``)."""
+
+    def __init__(self, limit: int, connect_s: float = 5.0, api_key: str | None = None,
+                 ca_file: str | None = None) -> None:
+        self._slots = asyncio.Semaphore(limit)
+        self._idle: dict[Origin, list[Connection]] = {}
+        self._open: set[Connection] = set()
+        self.connect_s = connect_s
+        self._auth = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
+        self._ca_file = ca_file
+        self._ssl: ssl.SSLContext | None = None
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=self._ca_file) if self._ca_file \
+                else ssl.create_default_context()
+        return self._ssl
+
+    async def _connect(self, origin: Origin) -> Connection:
+        loop = asyncio.get_running_loop()
+        tls = self._ssl_context() if origin.scheme == "https" else None
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(Connection, origin.host, origin.port, ssl=tls,
+                                   server_hostname=origin.host if tls else None), self.connect_s)
+        self._open.add(conn)
+        return conn
+
+    def request(self, origin: Origin, path: str, body: bytes) -> bytes:
+        return (f"POST {path} HTTP/1.1\r\nHost: {origin.host_header}\r\nUser-Agent: {USER_AGENT}\r\n"
+                f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+                f"Content-Length: {len(body)}\r\n").encode() + self._auth + b"\r\n" + body
+
+    async def acquire(self, origin: Origin) -> tuple[Connection, bool]:
+        """A connection (idle and reused, or new) and whether it was reused; the caller must ``release``."""
+        await self._slots.acquire()
+        idle = self._idle.get(origin)
+        while idle:
+            conn = idle.pop()
+            if not conn.lost and conn.transport is not None and not conn.transport.is_closing():
+                return conn, True
+            self._open.discard(conn)
+        try:
+            return await self._connect(origin), False
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def release(self, origin: Origin, conn: Connection, reusable: bool) -> None:
+        conn.exchange = None
+        if reusable and not conn.lost and conn.transport is not None and not conn.transport.is_closing():
+            self._idle.setdefault(origin, []).append(conn)
+        else:
+            self._open.discard(conn)
+            if conn.transport is not None:
+                conn.transport.close()
+        self._slots.release()
+
+    async def close(self) -> None:
+        for conn in list(self._open):
+            if conn.transport is not None:
+                conn.transport.close()
+        self._open.clear()
+        self._idle.clear()
+        await asyncio.sleep(0)
+
+    async def __aenter__(self) -> Streams:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+
+async def wait_body(ex: Exchange, conn: Connection, limit_s: float) -> bool:
+    """After the outcome: let the body's last bytes (the chunked terminator, usually in the same read as
+    ``[DONE]``) arrive, briefly, so the connection can be reused. True when it may be."""
+    if not ex.ended.done():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(ex.ended), limit_s)
+    return ex.complete and ex.keep_alive and not conn.lost
