@@ -78,7 +78,8 @@ def test_four_token_chunks_without_per_chunk_usage(procs: Procs, tmp_path, api):
 
 def test_one_token_per_chunk_is_exact_without_per_chunk_usage(procs: Procs, tmp_path):
     sim = procs.sim("--profile", "fast", "--ignore-continuous-usage-stats")
-    doc, out = bench(sim.url, tmp_path, "--api", "completions", "--num-runs", "2", "--warmup", "0", "--max-tokens", "20")
+    doc, out = bench(sim.url, tmp_path, "--api", "completions", "--num-runs", "2", "--warmup", "0",
+                     "--max-tokens", "20")
     assert doc["results"]["approximated_token_counts"] == 0 and "Approximated" not in out
 
 
