@@ -151,7 +151,7 @@ class Exporter:
         self.loop_lag = Gauge("specwatch_event_loop_lag_seconds", "Largest event-loop lag sample of the last "
                               "interval (how long a ready stream waited for the daemon's loop).", registry=r)
         self.loop_lag_p99 = Gauge("specwatch_event_loop_lag_p99_seconds", "Event-loop lag p99 over the last "
-                                  "interval (sub-millisecond samples every 5 ms).", registry=r)
+                                  "interval (sub-millisecond samples every 10 ms).", registry=r)
         self.distorted = Gauge("specwatch_measurement_distorted", "1 when the last interval's event-loop lag p99 "
                                "exceeded 1 ms: probe latencies then include the daemon's own delay.", registry=r)
         self.distorted_intervals = Counter("specwatch_distorted_intervals", "Intervals whose event-loop lag p99 "

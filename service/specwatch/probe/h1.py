@@ -1,10 +1,11 @@
 """The probe's streaming transport: HTTP/1.1 POSTs whose responses are parsed in ``data_received``.
 
 Source stage. A general HTTP client hands every arrival to a reader task: the bytes wait in a buffer, a
-future wakes the task, the task parses — per chunk, at 30k chunks/s. Here the protocol itself decodes the
-chunked body, splits SSE events and feeds them to the request's ``Attempt`` inside the loop's read
-callback: one timestamp per read taken as the loop hands the bytes over, no task switch per chunk, and a
-stream in flight costs nothing between its chunks. The request's coroutine only waits for the outcome.
+future wakes the task, the task parses — per chunk, at 30k chunks/s. Here each read is stamped as the loop
+hands it over (``data_received``), and all the reads of one loop pass are then parsed in one callback
+(``Arrivals``): the chunked body decoded, SSE events split and fed to the request's ``Attempt``. No task
+switch per chunk, a stream in flight costs nothing between its chunks, and the request's coroutine only
+waits for the outcome.
 
 Scope is what an SGLang or vLLM stream needs: ``POST`` with a JSON body, ``Content-Length``, chunked or
 close-delimited responses, keep-alive (a pool of at most ``limit`` connections per process, reused per
@@ -274,30 +275,54 @@ class Exchange:
             self.fail(Outcome.STREAM_ERROR, f"connection lost mid-stream: {why}", self.status or None)
 
 
-class Connection(asyncio.Protocol):
-    __slots__ = ("exchange", "lost", "transport", "uses")
+class Arrivals:
+    """Stamp every read at once, parse after: the loop calls ``data_received`` for each readable socket in
+    turn, so a burst of a thousand streams' chunks is stamped back to back (about a microsecond each) and only
+    then parsed, in one callback after the loop's I/O phase. Parsing inside each read would add every earlier
+    stream's parse to the later streams' stamps."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_loop", "_queue")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: list[tuple[Connection, bytes, int]] = []
+
+    def add(self, conn: Connection, data: bytes) -> None:
+        q = self._queue
+        q.append((conn, data, time.monotonic_ns()))
+        if len(q) == 1:
+            self._loop.call_soon(self.drain)
+
+    def drain(self) -> None:
+        q, self._queue = self._queue, []
+        for conn, data, now in q:
+            ex = conn.exchange
+            if ex is not None:
+                ex.feed(data, now)
+            elif conn.transport is not None:  # an idle connection has nothing to say
+                conn.transport.close()
+
+
+class Connection(asyncio.Protocol):
+    __slots__ = ("arrivals", "exchange", "lost", "transport")
+
+    def __init__(self, arrivals: Arrivals) -> None:
+        self.arrivals = arrivals
         self.transport: asyncio.Transport | None = None
         self.exchange: Exchange | None = None
         self.lost = False
-        self.uses = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        ex = self.exchange
-        if ex is None:  # an idle connection has nothing to say
-            if self.transport is not None:
-                self.transport.close()
-            return
-        ex.feed(data, time.monotonic_ns())
+        self.arrivals.add(self, data)
 
     def eof_received(self) -> bool:
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.arrivals.drain()  # what arrived before the close is parsed first
         self.lost = True
         if self.exchange is not None:
             self.exchange.lost(exc)
@@ -316,6 +341,7 @@ class Streams:
         self._auth = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
         self._ca_file = ca_file
         self._ssl: ssl.SSLContext | None = None
+        self._arrivals: Arrivals | None = None
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -326,8 +352,11 @@ class Streams:
     async def _connect(self, origin: Origin) -> Connection:
         loop = asyncio.get_running_loop()
         tls = self._ssl_context() if origin.scheme == "https" else None
+        if self._arrivals is None:
+            self._arrivals = Arrivals(loop)
+        arrivals = self._arrivals
         _, conn = await asyncio.wait_for(
-            loop.create_connection(Connection, origin.host, origin.port, ssl=tls,
+            loop.create_connection(lambda: Connection(arrivals), origin.host, origin.port, ssl=tls,
                                    server_hostname=origin.host if tls else None), self.connect_s)
         self._open.add(conn)
         return conn

@@ -1,6 +1,6 @@
 """The client's own event-loop lag, so a busy client is flagged instead of being reported as a slow server.
 
-Source stage: a sampling task and its per-interval histogram. Every ``period_s`` it measures two delays:
+Source stage: a sampling task and its per-interval histogram. Every ``period_s`` (10 ms) it measures two delays:
 - how long one pass of the loop takes to come back to a task that is ready now (``await asyncio.sleep(0)``):
   the time every stream's bytes can wait in the socket before ``data_received`` stamps them; sub-millisecond
   resolution, and
@@ -21,7 +21,7 @@ from hdrh.histogram import HdrHistogram
 
 from ..hdr import hdr_quantiles
 
-PERIOD_S = 0.005
+PERIOD_S = 0.01
 THRESHOLD_S = 0.001  # lag above this at p99 can distort a millisecond-scale ITL
 TIMER_SLACK_NS = 1_000_000  # a libuv timer may fire up to a millisecond late by design
 HIGHEST_US = 600_000_000
