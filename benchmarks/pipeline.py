@@ -96,13 +96,29 @@ async def bare(url: str, api: str, streams: int, requests: int, tokens: int) -> 
             "itl_mean_ms": None, "itl_p99_ms": None}
 
 
-async def specwatch_bench(url: str, api: str, streams: int, requests: int, tokens: int, workers: int) -> dict:
+def word_tokenizer(path: str) -> str:
+    """A tokenizers WordLevel model of the mock server's words: what --tokenizer would be for a real model."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from streamserver import WORDS
+
+    words = [w.decode().strip() for w in WORDS]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate([*words, "[UNK]"])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(path)
+    return path
+
+
+async def specwatch_bench(url: str, api: str, streams: int, requests: int, tokens: int, workers: int,
+                          tokenizer: bool = False) -> dict:
     from specwatch.commands.bench import BenchSpec, bench
 
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "bench.json")
+        tok = word_tokenizer(os.path.join(d, "tokenizer.json")) if tokenizer else None
         spec = BenchSpec(server_url=url, api=api, max_tokens=tokens, num_runs=requests, warmup=0,
-                         concurrency=streams, json=out, **({"workers": workers} if workers > 1 else {}))
+                         concurrency=streams, json=out, tokenizer=tok,
+                         **({"workers": workers} if workers > 1 else {}))
         real_stdout = sys.stdout
         with open(os.devnull, "w") as sink:
             sys.stdout = sink
@@ -129,15 +145,21 @@ def load_bench_serving(wheel: str) -> dict:
     sglang's runtime (torch, zmq, transformers) at its top, which a client benchmark does not need."""
     with zipfile.ZipFile(wheel) as z:
         src = z.read("sglang/benchmark/serving.py").decode()
+        helpers = ast.parse(z.read("sglang/benchmark/utils.py").decode())  # remove_prefix and friends
     tree = ast.parse(src)
     defs: dict[str, ast.stmt] = {}
+    for node in helpers.body:
+        if isinstance(node, ast.FunctionDef) and node.name in ("remove_prefix", "parse_custom_headers"):
+            defs[node.name] = node
+            tree.body.insert(0, node)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defs[node.name] = node
         elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
             for t in node.targets:
                 defs[t.id] = node  # type: ignore[union-attr]
-    want, todo = set(), ["async_request_sglang_generate", "async_request_openai_completions"]
+    want, todo = set(), ["async_request_sglang_generate", "async_request_openai_completions",
+                         "async_request_openai_chat_completions"]
     while todo:
         name = todo.pop()
         if name in want or name not in defs:
@@ -164,10 +186,12 @@ def load_bench_serving(wheel: str) -> dict:
 
 async def bench_serving(url: str, api: str, streams: int, requests: int, tokens: int, wheel: str) -> dict:
     ns = load_bench_serving(wheel)
-    fn = ns["async_request_sglang_generate" if api == "sglang" else "async_request_openai_completions"]
+    fn = ns[{"sglang": "async_request_sglang_generate", "completions": "async_request_openai_completions",
+             "chat": "async_request_openai_chat_completions"}[api]]
     inp = ns["RequestFuncInput"]
     fields = set(inp.__dataclass_fields__)
-    kw = {"prompt": "x", "api_url": url + PATHS[api], "prompt_len": 1, "output_len": tokens, "model": "m",
+    prompt = [{"role": "user", "content": "x"}] if api == "chat" else "x"
+    kw = {"prompt": prompt, "api_url": url + PATHS[api], "prompt_len": 1, "output_len": tokens, "model": "m",
           "lora_name": None, "image_data": None, "extra_request_body": {}}
     left = [requests]
     outs: list = []
@@ -200,7 +224,7 @@ def child(a: argparse.Namespace) -> None:
     elif a.child == "bench_serving":
         coro = bench_serving(a.url, a.api, a.streams, a.requests, a.tokens, a.bench_serving)
     else:
-        coro = specwatch_bench(a.url, a.api, a.streams, a.requests, a.tokens, a.workers_one)
+        coro = specwatch_bench(a.url, a.api, a.streams, a.requests, a.tokens, a.workers_one, a.tokenizer)
     print(json.dumps(uvloop.run(coro)))
 
 
@@ -219,7 +243,8 @@ def run_child(name: str, port: int, a: argparse.Namespace, streams: int, request
     http(port, "POST", "/reset")
     cmd = [sys.executable, __file__, "--child", name, "--url", f"http://127.0.0.1:{port}", "--api", a.api,
            "--streams-one", str(streams), "--requests", str(requests), "--tokens", str(a.tokens),
-           "--workers-one", str(workers)] + (["--bench-serving", a.bench_serving] if a.bench_serving else [])
+           "--workers-one", str(workers)] + (["--bench-serving", a.bench_serving] if a.bench_serving else []) \
+        + (["--tokenizer"] if a.tokenizer else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{name} failed:\n{out.stderr[-3000:]}")
@@ -248,6 +273,8 @@ def main() -> None:
     p.add_argument("--workers", default="1", help="specwatch bench --workers values to run, e.g. 1,2")
     p.add_argument("--rounds", type=float, default=10, help="requests per stream (fewer at 1,000 streams)")
     p.add_argument("--repeat", type=int, default=3, help="runs per client, interleaved; the median is shown")
+    p.add_argument("--tokenizer", action="store_true", help="give bench --tokenizer (a WordLevel model of the "
+                   "mock's words), for --usage final")
     p.add_argument("--bench-serving", help="an sglang wheel: also run bench_serving's client, verbatim")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)

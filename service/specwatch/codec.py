@@ -80,7 +80,10 @@ def _request(d: dict[str, Any]) -> RequestRecord:
     except ValueError:
         raise RecordFileError(f"outcome: {d['outcome']!r} is not one of {', '.join(o.value for o in Outcome)}") \
             from None
-    rec = RequestRecord(**(d | {"chunk_ns": _ints(d["chunk_ns"], "chunk_ns"),
+    texts = d.get("chunk_texts", [])
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise RecordFileError("chunk_texts: expected a list of strings")
+    rec = RequestRecord(**(d | {"chunk_ns": _ints(d["chunk_ns"], "chunk_ns"), "chunk_texts": tuple(texts),
                                 "chunk_tokens": _ints(d["chunk_tokens"], "chunk_tokens"),
                                 "outcome": outcome, "spec": spec}))
     if len(rec.chunk_ns) != len(rec.chunk_tokens):

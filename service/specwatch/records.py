@@ -65,6 +65,7 @@ class RequestRecord:
     server_load: float | None = None  # running requests the server reported while it ran (None: unknown)
     probe_concurrency: int | None = None  # this load's probes in flight when it was sent, itself included
     chunk_tokens_max: int | None = None  # apportioned counts (not tokens_exact): each chunk held 1..this
+    chunk_texts: tuple[str, ...] = ()  # with --tokenizer and apportioned counts: for an exact split, then cleared
 
     @property
     def ok(self) -> bool:

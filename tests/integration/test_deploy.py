@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specwatch import config
+from specwatch import config, options
 from specwatch.export.prometheus import Exporter
 from specwatch.sim import cli as sim_cli
 from specwatch.sim import vllm_cli
@@ -212,3 +212,19 @@ def test_every_exported_metric_is_documented_in_the_readme():
     documented = set(re.findall(r"`(specwatch_[a-z0-9_]+)`", readme))
     missing = {n for n in families if n not in documented and n + "_total" not in documented}
     assert missing == set()
+
+
+def test_every_flag_of_bench_and_run_is_in_the_readme():
+    from specwatch.commands import bench as bench_cmd
+
+    readme = (ROOT / "README.md").read_text()
+    parsers = []
+    p = argparse.ArgumentParser()
+    config.add_run_flags(p)
+    parsers.append(("run", p))
+    p = argparse.ArgumentParser()
+    options.add_flags(p, bench_cmd.DEFAULTS)
+    parsers.append(("bench", p))
+    missing = [f"{name} {flag}" for name, parser in parsers for action in parser._actions
+               for flag in action.option_strings if flag.startswith("--") and flag != "--help" and flag not in readme]
+    assert missing == []

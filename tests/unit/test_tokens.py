@@ -8,7 +8,7 @@ from tokenizers import models, pre_tokenizers
 from specwatch.errors import ConfigError
 from specwatch.probe.prompts import Prompt
 from specwatch.probe.stream import Attempt, Target
-from specwatch.probe.tokens import Tokenizer, by_length, chunk_bound
+from specwatch.probe.tokens import Tokenizer, by_length, chunk_bound, refine
 from specwatch.records import Outcome
 
 WORDS = ["alpha", "be", "c", "delta", "eps", "zeta", "et", "theta"]
@@ -46,16 +46,18 @@ def four_token_chunks(n_chunks):
     return out
 
 
-def attempt(tokenizer=None):
+def attempt(keep_texts=False):
     return Attempt(Target("spec", "http://x", "completions"), Prompt("p", "chat", text="x"), False, 0,
-                   tokenizer=tokenizer)
+                   keep_texts=keep_texts)
 
 
 def test_four_token_chunks_are_exact_with_the_models_tokenizer(tmp_path):
     texts = four_token_chunks(20)
-    rec = stream(attempt(Tokenizer(word_tokenizer(tmp_path / "tokenizer.json"))), texts, 1 + 4 * 19)
+    raw = stream(attempt(keep_texts=True), texts, 1 + 4 * 19)
+    assert not raw.tokens_exact and raw.chunk_texts == tuple(texts)  # the stream only keeps the texts
+    rec = refine(raw, Tokenizer(word_tokenizer(tmp_path / "tokenizer.json")))  # the recorder splits them
     assert tuple(rec.chunk_tokens) == (1,) + (4,) * 19
-    assert rec.tokens_exact and rec.chunk_tokens_max is None
+    assert rec.tokens_exact and rec.chunk_tokens_max is None and rec.chunk_texts == ()
 
 
 def test_without_a_tokenizer_four_token_chunks_are_flagged_with_a_bound_that_holds():
@@ -75,8 +77,10 @@ def test_one_token_per_chunk_is_exact_without_a_tokenizer():
 
 def test_a_tokenizer_that_disagrees_with_the_servers_total_falls_back_and_says_so(tmp_path):
     tok = Tokenizer(word_tokenizer(tmp_path / "t.json"))
-    rec = stream(attempt(tok), [" alpha", " be c", " delta"], 9)  # the server counted 9; the tokenizer sees 4
+    raw = stream(attempt(keep_texts=True), [" alpha", " be c", " delta"], 9)  # the server counted 9, we see 4
+    rec = refine(raw, tok)
     assert not rec.tokens_exact and sum(rec.chunk_tokens) == 9 and rec.chunk_tokens_max == 7
+    assert rec.chunk_texts == ()
 
 
 def test_no_final_usage_is_never_called_exact():

@@ -30,7 +30,7 @@ from ..probe.client import Access, Timeouts, make_session, make_streams
 from ..probe.detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams, Target
-from ..probe.tokens import Tokenizer
+from ..probe.tokens import Tokenizer, refine
 from ..probe.workers import Workers, jobs
 from ..recorder.stats import Stats
 from ..recorder.windows import Interval
@@ -163,16 +163,15 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
         target = Target("spec", spec.server_url, info.api, info.model)
         if spec.workers > 1:
             workers = Workers(jobs(plan, spec.workers, [target], plist, params, spec.timeouts, spec.access,
-                                   spec.tokenizer))
+                                   spec.tokenizer is not None))
             await workers.run(printer, asyncio.Event())
             if workers.failed:
                 raise TargetError("probe worker(s) failed, the run is incomplete: " + "; ".join(workers.failed))
             lag = lag_mod.merge(workers.lag) if workers.lag else {}
         else:
-            tok = Tokenizer(spec.tokenizer) if spec.tokenizer else None
             async with make_streams(plan.max_streams, spec.timeouts, spec.access) as streams:
                 lag = await _measure(Load(streams, PromptCycle(plist, [target]), params, plan, printer,
-                                          asyncio.Event(), spec.timeouts, tokenizer=tok))
+                                          asyncio.Event(), spec.timeouts, keep_texts=spec.tokenizer is not None))
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
     run = RunInfo(server_url=spec.server_url, api=info.api, model=info.model, server_info=info.info,
@@ -221,6 +220,9 @@ async def bench(spec: BenchSpec) -> int:
     except TargetError as exc:
         print(f"specwatch bench: {exc}", file=sys.stderr)
         return 1
+    if spec.tokenizer:  # after the run: exact counts for streams that had only a final usage total
+        tok = Tokenizer(spec.tokenizer)
+        records = [refine(r, tok) for r in records]
     a = analyse(info, records)
     print(a.text)
     write_outputs(a, info, records, spec.json, spec.records, spec.hlog)

@@ -41,7 +41,7 @@ from ..probe.detect import wait_for_target
 from ..probe.lag import LagInterval, LagMonitor
 from ..probe.load import Load, LoadPlan, PromptCycle
 from ..probe.stream import GenParams
-from ..probe.tokens import Tokenizer
+from ..probe.tokens import Tokenizer, refine
 from ..probe.workers import Workers, jobs
 from ..ratelog import RateLimited
 from ..recorder.load import LoadCurve, LoadTracker
@@ -102,6 +102,7 @@ class Daemon:
         self.load = LoadTracker(stale_s=max(30.0, 3 * cfg.interval_s))
         self.load_curve = LoadCurve(cfg.load_curve_window_s)
         self.by_load: LoadVerdict | None = None
+        self.tokenizer = Tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         self.pending: list[RequestRecord] = []  # finished probes not yet recorded (the recorder task drains)
         self.lag = LagMonitor()
         self.lag.keep = False
@@ -121,6 +122,8 @@ class Daemon:
 
     def record(self, rec: RequestRecord) -> None:
         now = time.monotonic_ns()
+        if self.tokenizer is not None:
+            rec = refine(rec, self.tokenizer)
         rec = dataclasses.replace(rec, server_load=self.load.during(rec.sent_ns, rec.done_ns))
         if rec.target == "spec" and not rec.warmup:
             self.load_curve.add(rec, rec.server_load, now)
@@ -177,15 +180,14 @@ class Daemon:
         params = GenParams(max_tokens=c.max_tokens, temperature=c.temperature, ignore_eos=True)
         if c.workers > 1:
             access = Access(c.api_key, c.ca_file)
-            workers = Workers(jobs(plan, c.workers, targets, plist, params, limits, access, c.tokenizer))
+            workers = Workers(jobs(plan, c.workers, targets, plist, params, limits, access, self.tokenizer is not None))
             await workers.run(self.on_record, self.stop)
             if workers.failed or not self.stop.is_set():
                 raise RuntimeError("probe workers ended: " + ("; ".join(workers.failed) or "without being stopped"))
             return
-        tok = Tokenizer(c.tokenizer) if c.tokenizer else None
         async with make_streams(plan.max_streams, limits, Access(c.api_key, c.ca_file)) as streams:
             await Load(streams, PromptCycle(plist, targets), params, plan, self.on_record, self.stop, limits,
-                       tokenizer=tok).run()
+                       keep_texts=self.tokenizer is not None).run()
 
     def scraper(self, session: aiohttp.ClientSession) -> Coroutine[Any, Any, None]:
         state = self.exporter.sources.scrape = ScrapeState()

@@ -20,7 +20,6 @@ from .h1 import Streams
 from .prompts import Prompt
 from .schedule import make_pacer
 from .stream import Attempt, GenParams, Target
-from .tokens import Tokenizer
 
 Sink = Callable[[RequestRecord], None]
 FAILURE_BACKOFF_S = 1.0  # closed loop: a failed request (server down) is not retried in a tight loop
@@ -65,7 +64,7 @@ class Load:
     stop: asyncio.Event
     limits: Timeouts = field(default_factory=Timeouts)
     in_flight: list[int] = field(default_factory=lambda: [0])  # probes of this load in flight, now
-    tokenizer: Tokenizer | None = None  # splits final-only usage totals over chunks exactly
+    keep_texts: bool = False  # --tokenizer: records keep chunk texts when a server sends no per-chunk usage
 
     async def run(self) -> None:
         """Warm-up (sequential), then the measured phase until ``plan.requests`` or ``stop``."""
@@ -81,7 +80,7 @@ class Load:
     async def one(self, intended_ns: int, warmup: bool = False) -> RequestRecord:
         target, prompt = self.cycle.next()
         attempt = Attempt(target=target, prompt=prompt, warmup=warmup, intended_ns=intended_ns,
-                          tokenizer=self.tokenizer)
+                          keep_texts=self.keep_texts)
         self.in_flight[0] += 1
         mine = self.in_flight[0]  # the probe's own concurrency as it was sent, itself included
         try:

@@ -8,8 +8,10 @@ Token counting per chunk:
   the server coalesced several rounds into one chunk.
 - OpenAI APIs: we ask for ``stream_options.continuous_usage_stats`` (SGLang 0.5.4.post2+, vLLM), which
   puts cumulative ``usage`` on every chunk: exact. A server that ignores it only reports the total in
-  the final usage chunk; the total is then split over the content chunks exactly where possible (one per
-  chunk, or the model's tokenizer) and otherwise by text length, flagged with its bound (``tokens``).
+  the final usage chunk; the total is then split over the content chunks by text length, flagged with its
+  bound, unless the chunks are as many as the tokens (exact). With ``keep_texts`` the record carries the
+  chunks' text so the recorder can split it exactly with the model's tokenizer, off the hot path
+  (``tokens``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import orjson
 from ..errors import StreamError
 from ..records import Outcome, RequestRecord, SpecStats
 from .prompts import Prompt
-from .tokens import Tokenizer, by_length, chunk_bound
+from .tokens import by_length, chunk_bound
 
 PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -104,8 +106,8 @@ class Attempt:
     prompt_tokens: int = 0
     spec: SpecStats | None = None
     data_bytes: int = 0  # event payload bytes so far: no token count may exceed them
-    tokenizer: Tokenizer | None = None  # splits a final-only total exactly (``--tokenizer``)
-    chunk_texts: list[str] = field(default_factory=list)  # kept only with a tokenizer and no per-chunk usage
+    keep_texts: bool = False  # ``--tokenizer``: keep chunk texts when counts are missing, for ``tokens.refine``
+    chunk_texts: list[str] = field(default_factory=list)  # kept only then
     chunk_tokens_max: int | None = None  # set when counts were apportioned: each chunk holds 1..this
 
     def handle(self, data: bytes, now: int) -> bool:
@@ -187,7 +189,7 @@ class Attempt:
             self.chunk_ns.append(now)
             self.chunk_tokens.append(0)  # unknown until the final usage
             self.chunk_chars.append(len(text))
-            if self.tokenizer is not None:
+            if self.keep_texts:
                 self.chunk_texts.append(text)
         if isinstance(ct, int) and not choices:
             self.final_tokens = ct
@@ -204,8 +206,6 @@ class Attempt:
         chunks = len(self.chunk_tokens)
         total = self.final_tokens if self.final_tokens is not None else chunks
         exact: list[int] | None = [1] * chunks if total == chunks else None
-        if exact is None and self.tokenizer is not None and len(self.chunk_texts) == chunks:
-            exact = self.tokenizer.split(self.chunk_texts, total)
         counts = exact if exact is not None else by_length(self.chunk_chars, total)
         self.chunk_tokens = array("q", counts)
         self.tokens = sum(counts)
@@ -227,4 +227,6 @@ class Attempt:
             tokens_exact=exact, prompt_tokens=self.prompt_tokens, output_tokens=max(out, sum(self.chunk_tokens)),
             outcome=outcome, http_status=http_status, error=error, spec=self.spec,
             chunk_tokens_max=None if exact else self.chunk_tokens_max,
+            chunk_texts=tuple(self.chunk_texts) if not exact and len(self.chunk_texts) == len(self.chunk_tokens)
+            else (),
         )

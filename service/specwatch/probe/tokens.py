@@ -6,8 +6,9 @@ A server that ignores ``stream_options.continuous_usage_stats`` sends each chunk
 1. **one per chunk**, exact, when the chunks carrying text are as many as the tokens (every such chunk holds
    at least one token);
 2. **the model's tokenizer** (``--tokenizer PATH``, a ``tokenizer.json``; the ``tokenizers`` extra): the
-   whole text is encoded once with offsets and each token counted in the chunk where its text ends; exact
-   when the count equals the server's total (else the text did not round-trip and we fall through);
+   record keeps its chunks' text and ``refine`` (the recorder's side, after the stream) encodes the whole
+   text once with offsets and counts each token in the chunk where its text ends; exact when the count
+   equals the server's total (else the text did not round-trip and the approximation stands);
 3. **by text length**, approximated: the record says so (``tokens_exact=False``) and carries the bound
    ``chunk_tokens_max = total - chunks + 1``: every chunk holds between 1 and that many tokens (a server
    may coalesce several verify rounds into one chunk, so no tighter bound holds without per-chunk counts).
@@ -17,12 +18,16 @@ A server that ignores ``stream_options.continuous_usage_stats`` sends each chunk
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 import itertools
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import ConfigError
+from ..records import RequestRecord
 
 
 class Tokenizer:
@@ -45,11 +50,23 @@ class Tokenizer:
         enc = self._tok.encode("".join(texts), add_special_tokens=False)
         if len(enc.ids) != total:
             return None
-        ends = list(itertools.accumulate(len(t) for t in texts))
-        counts = [0] * len(texts)
-        for _, end in enc.offsets:
-            counts[min(bisect.bisect_left(ends, end), len(texts) - 1)] += 1
-        return counts
+        ends = np.fromiter(itertools.accumulate(len(t) for t in texts), dtype=np.int64, count=len(texts))
+        token_ends = np.array([end for _, end in enc.offsets], dtype=np.int64)
+        where = np.minimum(np.searchsorted(ends, token_ends, side="left"), len(texts) - 1)
+        return np.bincount(where, minlength=len(texts)).tolist()
+
+
+def refine(rec: RequestRecord, tok: Tokenizer) -> RequestRecord:
+    """A record whose counts were apportioned, split exactly with the tokenizer when it agrees with the
+    server's total (recorder side: it costs a tokenizer pass, so never on the stream's hot path). The texts
+    are dropped either way."""
+    if not rec.chunk_texts:
+        return rec
+    counts = tok.split(rec.chunk_texts, sum(rec.chunk_tokens))
+    if counts is None:
+        return dataclasses.replace(rec, chunk_texts=())
+    return dataclasses.replace(rec, chunk_tokens=array("q", counts), tokens_exact=True, chunk_tokens_max=None,
+                               chunk_texts=())
 
 
 def by_length(chars: Sequence[int], total: int) -> list[int]:

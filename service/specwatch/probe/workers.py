@@ -34,7 +34,6 @@ from .lag import LagMonitor, summary
 from .load import Load, LoadPlan, PromptCycle
 from .prompts import Prompt
 from .stream import GenParams, Target
-from .tokens import Tokenizer
 
 log = logging.getLogger("specwatch")
 FLUSH_S = 0.25
@@ -74,17 +73,17 @@ class Job:
     plan: LoadPlan
     timeouts: Timeouts
     access: Access
-    tokenizer: str | None = None
+    keep_texts: bool = False  # --tokenizer: the parent splits the counts exactly
     flush_s: float = FLUSH_S
 
 
 def jobs(plan: LoadPlan, n: int, targets: Sequence[Target], prompts: Sequence[Prompt], params: GenParams,
-         timeouts: Timeouts, access: Access, tokenizer: str | None) -> list[Job]:
+         timeouts: Timeouts, access: Access, keep_texts: bool = False) -> list[Job]:
     out = []
     for i, p in enumerate(split(plan, n)):
         shift = (i * len(prompts)) // n  # each worker starts elsewhere in the prompt set
         out.append(Job(i, tuple(targets), tuple(prompts[shift:]) + tuple(prompts[:shift]), params, p, timeouts,
-                       access, tokenizer))
+                       access, keep_texts))
     return out
 
 
@@ -122,12 +121,11 @@ async def _work(conn: Connection, stop_conn: Connection, job: Job) -> None:
 
     loop.add_reader(stop_conn.fileno(), on_parent)
     monitor = LagMonitor(interval_s=1.0)
-    tok = Tokenizer(job.tokenizer) if job.tokenizer else None
     async with make_streams(job.plan.max_streams, job.timeouts, job.access) as streams:
         helpers = [asyncio.create_task(monitor.run()), asyncio.create_task(flusher())]
         try:
             await Load(streams, PromptCycle(job.prompts, job.targets), job.params, job.plan, batch.append, stop,
-                       job.timeouts, tokenizer=tok).run()
+                       job.timeouts, keep_texts=job.keep_texts).run()
         finally:
             for t in helpers:
                 t.cancel()
