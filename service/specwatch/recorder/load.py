@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from ..records import RequestRecord, ServerSample
+from .stats import relative_stderr
 
 LOAD_SOURCES = ("sglang_decode", "vllm_engine", "scrape")  # ServerSample.source values whose running counts
 LOAD_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # the nearest power of two (in log scale); 256 and above
@@ -119,8 +120,6 @@ class LoadCurve:
         for b, s in self.sums.items():
             if s.n <= 0 or s.seconds <= 0:
                 continue
-            mean = s.rate_sum / s.n
-            var = max(0.0, s.rate_sq / s.n - mean * mean) * s.n / (s.n - 1) if s.n > 1 else None
-            se = math.sqrt(var / s.n) / mean if var is not None and mean > 0 else None
-            out.append(LoadBucket(b, s.n, s.load_sum / s.n, s.tokens / s.seconds, se))
+            out.append(LoadBucket(b, s.n, s.load_sum / s.n, s.tokens / s.seconds,
+                                  relative_stderr(s.n, s.rate_sum, s.rate_sq)))
         return out

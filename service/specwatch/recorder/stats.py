@@ -8,7 +8,6 @@ tick). ``describe`` is the read side, run once per window per tick: every quanti
 
 from __future__ import annotations
 
-import bisect
 import collections
 import itertools
 import math
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from ..hdr import hdr_quantiles
 from ..records import LATENCY_METRICS, OUTCOMES, QUANTILES, ProbeWindow, Quantiles, RequestRecord
 from .observations import Observations, observe
 from .vector import hdr_record
@@ -132,19 +132,12 @@ class Stats:
 
     # ---- read side (tick time only) ----------------------------------------------------------
     def quantiles(self, name: str, qs: Iterable[float] = QUANTILES) -> dict[float, float | None]:
-        """Several quantiles in one C-speed pass over the counts (hdrh's own query walks them in Python)."""
+        """Several quantiles in one pass over the counts (``hdr.hdr_quantiles``), in the metric's unit."""
         h = self.hists.get(name)
-        total = 0 if h is None else h.get_total_count()
-        if h is None or total == 0:
+        qs = tuple(qs)
+        if h is None:
             return dict.fromkeys(qs)
-        end = h.get_counts_array_index(h.get_max_value()) + 1  # nothing is recorded above the max
-        cum = list(itertools.accumulate(memoryview(h.counts).cast("B").cast("Q")[:end]))
-        out: dict[float, float | None] = {}
-        for q in qs:
-            target = max(1, int(min(q, 1.0) * total + 0.5))  # hdrh's get_target_count_at_percentile
-            idx = bisect.bisect_left(cum, target)
-            out[q] = h.get_highest_equivalent_value(h.get_value_from_index(idx)) / unit(name)
-        return out
+        return {q: None if v is None else v / unit(name) for q, v in zip(qs, hdr_quantiles(h, qs), strict=True)}
 
     def mean(self, name: str) -> float | None:
         n = self.count(name)
@@ -179,12 +172,7 @@ class Stats:
     @property
     def decode_tps_relative_stderr(self) -> float | None:
         """Standard error of the mean per-request decode tok/s, relative to that mean."""
-        n = self.count("decode_tps")
-        if n < 2:
-            return None
-        mean = self.sums["decode_tps"] / 1000 / n
-        var = max(0.0, (self.sums["decode_tps_sq"] - n * mean * mean) / (n - 1))
-        return math.sqrt(var / n) / mean if mean > 0 else None
+        return relative_stderr(self.count("decode_tps"), self.sums["decode_tps"] / 1000, self.sums["decode_tps_sq"])
 
     @property
     def accept_length(self) -> float | None:
@@ -207,6 +195,16 @@ class Stats:
     @property
     def requests(self) -> int:
         return sum(self.outcomes.values())
+
+
+def relative_stderr(n: int, total: float, sum_sq: float) -> float | None:
+    """Standard error of a mean, relative to the mean, from ``n`` values' sum and sum of squares (sample
+    variance); None below two values or for a mean that is not positive."""
+    if n < 2:
+        return None
+    mean = total / n
+    var = max(0.0, (sum_sq - n * mean * mean) / (n - 1))
+    return math.sqrt(var / n) / mean if mean > 0 else None
 
 
 def _add_into(acc: list[int], counts: Iterable[int]) -> None:
