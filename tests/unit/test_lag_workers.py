@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from specwatch.probe.lag import LagMonitor, merge, overlapping, summary
+from specwatch.probe.lag import LagMonitor, overlapping, summary
 from specwatch.probe.load import LoadPlan
 from specwatch.probe.workers import shares, split
 
@@ -27,16 +27,23 @@ def test_samples_over_the_threshold_at_p99_flag_the_interval():
     assert s["worst_interval_p99_ms"] == pytest.approx(3.0, rel=0.01)
     assert overlapping(s["distorted_spans_ns"], iv.start_ns, iv.end_ns)
     assert not overlapping(s["distorted_spans_ns"], iv.end_ns + 1, iv.end_ns + 2)
-    both = merge([s, s])
+    both = summary(m.intervals + m.intervals)  # two workers' intervals, as --workers sums them
     assert (both["intervals"], both["distorted_intervals"], both["samples"]) == (4, 2, 2 * s["samples"])
 
 
 async def test_a_blocked_loop_is_seen_with_at_least_the_blocking_time():
     m = LagMonitor(period_s=0.002)
     task = asyncio.create_task(m.run())
-    await asyncio.sleep(0.02)
+
+    async def samples(at_least: int) -> None:  # a poll with a deadline: the monitor's own samples
+        deadline = time.monotonic() + 5
+        while m._hist.get_total_count() < at_least and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0)
+
+    await samples(1)
+    before = m._hist.get_total_count()
     time.sleep(0.03)  # noqa: ASYNC251 - the point: a 30 ms stall of the loop, as a synchronous recorder makes
-    await asyncio.sleep(0.02)
+    await samples(before + 1)  # the sample taken across the stall
     task.cancel()
     iv = m.close()
     assert iv.max_s is not None and iv.max_s >= 0.03 - 0.002 - 0.001  # minus the period and the timer slack

@@ -167,7 +167,7 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
             await workers.run(printer, asyncio.Event())
             if workers.failed:
                 raise TargetError("probe worker(s) failed, the run is incomplete: " + "; ".join(workers.failed))
-            lag = lag_mod.merge(workers.lag) if workers.lag else {}
+            lag = lag_mod.summary(workers.lag) if workers.lag else {}
         else:
             async with make_streams(plan.max_streams, spec.timeouts, spec.access) as streams:
                 lag = await _measure(Load(streams, PromptCycle(plist, [target]), params, plan, printer,

@@ -104,8 +104,7 @@ class Daemon:
         self.by_load: LoadVerdict | None = None
         self.tokenizer = Tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         self.pending: list[RequestRecord] = []  # finished probes not yet recorded (the recorder task drains)
-        self.lag = LagMonitor()
-        self.lag.keep = False
+        self.lag = LagMonitor(keep=False)
         self.last_lag: LagInterval | None = None
 
     # ---- sinks (synchronous, per event) ------------------------------------------------------

@@ -40,16 +40,17 @@ class LagInterval:
 
 class LagMonitor:
     def __init__(self, period_s: float = PERIOD_S, threshold_s: float = THRESHOLD_S,
-                 interval_s: float | None = None) -> None:
+                 interval_s: float | None = None, keep: bool = True) -> None:
         """``interval_s``: close intervals by itself that often (bench); None: the caller closes them (the
-        daemon, on its tick)."""
+        daemon, on its tick). ``keep``: keep every closed interval in ``intervals`` (bench; the daemon does
+        not, it runs for months)."""
         self.period_s = period_s
         self.interval_s = interval_s
         self.threshold_s = threshold_s
         self._hist = HdrHistogram(1, HIGHEST_US, 2)  # µs, within 1%
         self._start_ns = time.monotonic_ns()
-        self.intervals: list[LagInterval] = []  # bench keeps every interval; the daemon only the last
-        self.keep = True
+        self.intervals: list[LagInterval] = []
+        self.keep = keep
 
     def record_ns(self, lag_ns: int) -> None:
         self._hist.record_value(min(max(1, lag_ns // 1000), HIGHEST_US))
@@ -81,7 +82,7 @@ class LagMonitor:
 
 def summary(intervals: list[LagInterval], threshold_s: float = THRESHOLD_S) -> dict[str, Any]:
     """The run's lag as the results document reports it (``event_loop_lag``): the worst interval's p99, the
-    largest sample, and how many intervals were distorted."""
+    largest sample, and how many intervals were distorted (with ``--workers``, every worker's intervals)."""
     p99 = [iv.p99_s for iv in intervals if iv.p99_s is not None]
     mx = [iv.max_s for iv in intervals if iv.max_s is not None]
     bad = [iv for iv in intervals if iv.distorted]
@@ -89,20 +90,6 @@ def summary(intervals: list[LagInterval], threshold_s: float = THRESHOLD_S) -> d
             "worst_interval_p99_ms": max(p99) * 1e3 if p99 else None, "max_ms": max(mx) * 1e3 if mx else None,
             "samples": sum(iv.samples for iv in intervals),
             "distorted_spans_ns": [[iv.start_ns, iv.end_ns] for iv in bad]}
-
-
-def merge(summaries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several processes' summaries (``--workers``) as one: counts add, worst and max are the largest."""
-    if len(summaries) == 1:
-        return summaries[0]
-    worst = [s["worst_interval_p99_ms"] for s in summaries if s.get("worst_interval_p99_ms") is not None]
-    mx = [s["max_ms"] for s in summaries if s.get("max_ms") is not None]
-    return {"threshold_ms": summaries[0]["threshold_ms"] if summaries else THRESHOLD_S * 1e3,
-            "intervals": sum(s["intervals"] for s in summaries),
-            "distorted_intervals": sum(s["distorted_intervals"] for s in summaries),
-            "worst_interval_p99_ms": max(worst) if worst else None, "max_ms": max(mx) if mx else None,
-            "samples": sum(s["samples"] for s in summaries),
-            "distorted_spans_ns": [sp for s in summaries for sp in s["distorted_spans_ns"]]}
 
 
 def overlapping(spans: list[list[int]], start_ns: int, end_ns: int) -> bool:

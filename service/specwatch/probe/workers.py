@@ -7,7 +7,7 @@ process would, stamps its own arrivals (``CLOCK_MONOTONIC`` is shared by every p
 compare across workers), and ships its records to the parent every ``flush_s`` as one pickled batch —
 records, not histograms, because the parent's sinks (the bench report, the daemon's load tracker and
 Prometheus histograms) all read records; the parent records them vectorised, so merging stays exact and
-cheap. Each worker's event-loop lag summary comes back at its end.
+cheap. Each worker's event-loop lag intervals come back at its end.
 
 The parent asks workers to stop over their pipe (they drain their streams in flight, as a single process
 does on SIGTERM); workers ignore SIGINT, which a terminal sends to the whole process group.
@@ -26,11 +26,10 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
 
 from ..records import RequestRecord
 from .client import Access, Timeouts, make_streams
-from .lag import LagMonitor, summary
+from .lag import LagInterval, LagMonitor
 from .load import Load, LoadPlan, PromptCycle
 from .prompts import Prompt
 from .stream import GenParams, Target
@@ -132,7 +131,7 @@ async def _work(conn: Connection, stop_conn: Connection, job: Job) -> None:
             await asyncio.gather(*helpers, return_exceptions=True)
     flush()
     monitor.close()
-    conn.send_bytes(pickle.dumps(("done", summary(monitor.intervals))))
+    conn.send_bytes(pickle.dumps(("done", monitor.intervals)))
 
 
 # ---- the parent ---------------------------------------------------------------------------------------
@@ -140,7 +139,7 @@ async def _work(conn: Connection, stop_conn: Connection, job: Job) -> None:
 class Workers:
     def __init__(self, jobs: Sequence[Job]) -> None:
         self.jobs = list(jobs)
-        self.lag: list[dict[str, Any]] = []  # one summary per worker that finished
+        self.lag: list[LagInterval] = []  # every finished worker's event-loop lag intervals
         self.failed: list[str] = []  # workers that died: their unsent records are lost
 
     async def run(self, sink: Callable[[RequestRecord], None], stop: asyncio.Event) -> None:
@@ -167,7 +166,7 @@ class Workers:
                 sink(rec)
 
         def reader(i: int) -> None:  # a thread per worker: blocking reads, records handed to the loop
-            result: dict[str, Any] | None = None
+            result: list[LagInterval] | None = None
             try:
                 while True:
                     kind, payload = pickle.loads(conns[i].recv_bytes())
@@ -210,4 +209,4 @@ class Workers:
                     log.warning("probe worker %s exited with code %s", p.name, p.exitcode)
             for c in (*conns, *stops):
                 c.close()
-        self.lag = [r for r in results if r is not None]
+        self.lag = [iv for r in results if r is not None for iv in r]
