@@ -90,7 +90,8 @@ def test_no_final_usage_is_never_called_exact():
     assert not a.finish(Outcome.OK, 3).tokens_exact
 
 
-@pytest.mark.parametrize(("chars", "total"), [([1, 2, 3], 6), ([5, 1, 1, 1], 4), ([0, 0, 9], 12), ([3] * 7, 7)])
+@pytest.mark.parametrize(("chars", "total"), [([1, 2, 3], 6), ([5, 1, 1, 1], 4), ([0, 0, 9], 12), ([3] * 7, 7),
+                                             ([1] * 1000 + [100_000], 1100)])
 def test_by_length_adds_up_and_gives_every_chunk_one(chars, total):
     counts = by_length(chars, total)
     assert sum(counts) == total and all(c >= 1 for c in counts)

@@ -70,19 +70,20 @@ def refine(rec: RequestRecord, tok: Tokenizer) -> RequestRecord:
 
 
 def by_length(chars: Sequence[int], total: int) -> list[int]:
-    """``total`` apportioned over chunks by their text length, at least one each (largest remainder)."""
+    """``total`` apportioned over chunks by their text length, at least one each: every chunk gets one, the
+    rest is shared by length, largest remainder first. One sort: it runs as each request ends, on the loop,
+    so no loop over the chunks may repeat per token (a stream of many tiny chunks would make it quadratic)."""
+    n = len(chars)
+    extra = total - n
+    if extra <= 0:  # no more tokens than chunks: one each (the floor)
+        return [1] * n
     weights = [max(1, c) for c in chars]
     whole = sum(weights)
-    shares = [total * c / whole for c in weights]
-    counts = [max(1, int(s)) for s in shares]
-    order = sorted(range(len(shares)), key=lambda k: shares[k] - int(shares[k]), reverse=True)
-    i = 0
-    while sum(counts) < total:
-        counts[order[i % len(order)]] += 1
-        i += 1
-    while sum(counts) > total and any(c > 1 for c in counts):  # the at-least-one floor overshot
-        k = max((j for j in range(len(counts)) if counts[j] > 1), key=lambda j: counts[j] - shares[j])
-        counts[k] -= 1
+    shares = [extra * w / whole for w in weights]
+    counts = [1 + int(x) for x in shares]
+    left = total - sum(counts)
+    for k in sorted(range(n), key=lambda k: shares[k] - int(shares[k]), reverse=True)[:left]:
+        counts[k] += 1
     return counts
 
 
