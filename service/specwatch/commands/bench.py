@@ -214,14 +214,16 @@ def write_outputs(a: Analysis, info: RunInfo, records: Sequence[RequestRecord], 
                        a.interval.start_ns).write(a.interval)
 
 
-async def bench(spec: BenchSpec) -> int:
+async def bench(spec: BenchSpec, tokenizer: Tokenizer | None = None) -> int:
+    """The command; ``tokenizer``: ``spec.tokenizer`` already loaded (``main`` loads it before the run, to
+    refuse a bad one at once), else it is loaded here when given."""
     try:
         info, records = await collect(spec)
     except TargetError as exc:
         print(f"specwatch bench: {exc}", file=sys.stderr)
         return 1
     if spec.tokenizer:  # after the run: exact counts for streams that had only a final usage total
-        tok = Tokenizer(spec.tokenizer)
+        tok = tokenizer or Tokenizer(spec.tokenizer)
         records = [refine(r, tok) for r in records]
     a = analyse(info, records)
     print(a.text)
@@ -241,17 +243,16 @@ def parse(argv: list[str]) -> BenchSpec:
     spec = BenchSpec(**(values | {"api_key": options.api_key(values), "api_key_file": None}))
     if spec.prompts:
         prompt_sets.load(spec.prompts)
-    if spec.tokenizer:
-        Tokenizer(spec.tokenizer)  # a missing package or file is refused before the run, naming it
     return spec
 
 
 def main(argv: list[str]) -> int:
     try:
         spec = parse(argv)
+        tok = Tokenizer(spec.tokenizer) if spec.tokenizer else None  # refused before the run, named
     except ConfigError as exc:
         print(f"specwatch bench: {exc}", file=sys.stderr)
         return 2
     import uvloop
 
-    return int(uvloop.run(bench(spec)))
+    return int(uvloop.run(bench(spec, tok)))

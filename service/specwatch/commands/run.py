@@ -350,19 +350,19 @@ def main(argv: list[str]) -> int:
         cfg = config_mod.load(args)
         if cfg.prompts:
             prompt_sets.load(cfg.prompts)
-        if cfg.baseline_curve:
-            baseline_mod.load(cfg.baseline_curve)  # a wrong file is refused at start, naming the field
-        if cfg.tokenizer:
-            Tokenizer(cfg.tokenizer)
+        daemon = Daemon(cfg)  # loads the baseline curve and the tokenizer: a wrong one is refused here, named
     except ConfigError as exc:
         print(f"specwatch run: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # e.g. the --hlog file cannot be opened
+        print(f"specwatch run: {exc}", file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
     import uvloop
 
     try:
-        return int(uvloop.run(Daemon(cfg).main()))
+        return int(uvloop.run(daemon.main()))
     except OSError as exc:
         print(f"specwatch run: {exc}", file=sys.stderr)
         return 1
