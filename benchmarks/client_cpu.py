@@ -56,7 +56,7 @@ async def main(requests: int, tokens: int, rounds: int) -> None:
     server = start_fastserver(port)
     try:
         url = f"http://127.0.0.1:{port}"
-        async with make_session(8, Timeouts()) as session:
+        async with make_session(Timeouts(), streams=8) as session:
             await bare(session, url, tokens)
             await ours(session, url, tokens)  # warm both paths
             runners = (("bare aiohttp line loop", bare), ("specwatch client", ours), ("raw byte loop (floor)", raw))

@@ -148,7 +148,7 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
     plan = spec.plan
     params = GenParams(max_tokens=spec.max_tokens, temperature=spec.temperature, ignore_eos=spec.ignore_eos)
     printer = Printer(plan, say)
-    async with make_session(plan.max_streams, spec.timeouts, spec.access) as session:
+    async with make_session(spec.timeouts, spec.access) as session:
         try:
             info = await detect(session, spec.server_url, spec.api)
         except (*UNREACHABLE, TargetError) as exc:

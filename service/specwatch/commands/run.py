@@ -130,8 +130,8 @@ class Daemon:
         self.recorder.record(rec, obs)
         self.exporter.observe_record(rec, obs)
 
-    def drain(self, budget_s: float | None = None) -> bool:
-        """Record pending probes, oldest first; with a budget, stop once it is spent. True when all done."""
+    def drain(self, budget_s: float | None = None) -> None:
+        """Record pending probes, oldest first; with a budget, stop once it is spent."""
         t0 = time.perf_counter()
         done = 0
         try:
@@ -142,7 +142,6 @@ class Daemon:
                     break
         finally:
             del self.pending[:done]
-        return not self.pending
 
     async def recording(self) -> None:
         """Records finished probes in slices of at most ``RECORD_SLICE_S`` of loop time, between streams."""
@@ -165,7 +164,8 @@ class Daemon:
         return self.up.get("spec", False) and last is not None and time.monotonic() - last < fresh
 
     # ---- tasks -------------------------------------------------------------------------------
-    async def prober(self, session: aiohttp.ClientSession, plan: LoadPlan, limits: Timeouts) -> None:
+    async def prober(self, session: aiohttp.ClientSession, plan: LoadPlan, limits: Timeouts, access: Access
+                     ) -> None:
         c = self.cfg
         urls = {"spec": c.server_url} | ({"baseline": c.baseline_url} if c.baseline_url else {})
         targets = []
@@ -178,13 +178,12 @@ class Daemon:
         plist = prompt_sets.load(c.prompts) if c.prompts else prompt_sets.builtin()
         params = GenParams(max_tokens=c.max_tokens, temperature=c.temperature, ignore_eos=True)
         if c.workers > 1:
-            access = Access(c.api_key, c.ca_file)
             workers = Workers(jobs(plan, c.workers, targets, plist, params, limits, access, self.tokenizer is not None))
             await workers.run(self.on_record, self.stop)
             if workers.failed or not self.stop.is_set():
                 raise RuntimeError("probe workers ended: " + ("; ".join(workers.failed) or "without being stopped"))
             return
-        async with make_streams(plan.max_streams, limits, Access(c.api_key, c.ca_file)) as streams:
+        async with make_streams(plan.max_streams, limits, access) as streams:
             await Load(streams, PromptCycle(plist, targets), params, plan, self.on_record, self.stop, limits,
                        keep_texts=self.tokenizer is not None).run()
 
@@ -304,8 +303,8 @@ class Daemon:
         try:
             limits = Timeouts(c.connect_timeout_s, c.read_timeout_s, c.request_timeout_s)
             access = Access(c.api_key, c.ca_file)
-            async with make_session(plan.max_streams, limits, access) as session:
-                prober = asyncio.create_task(self.prober(session, plan, limits), name="prober")
+            async with make_session(limits, access) as session:
+                prober = asyncio.create_task(self.prober(session, plan, limits, access), name="prober")
                 async with asyncio.TaskGroup() as tg:
                     background = [tg.create_task(coro, name=name) for name, coro in (
                         ("ticker", self.ticker()), ("loop-lag", self.lag.run()), ("recorder", self.recording()),

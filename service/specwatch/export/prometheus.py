@@ -1,11 +1,11 @@
 """Prometheus exporter: the public metric contract (``specwatch_*``).
 
-Exporter stage. Probe counters and histograms are updated per record (vectorised, from the recorder's
-batches);
-windowed gauges and HDR-exact quantiles are copied from the recorder's ``ProbeWindow``s on the interval tick;
-log-source counters are read from the sources at scrape time (``SourceCollector``), so they are kept in one
-place only. Every label value comes from a closed set (targets from config, outcomes, windows, quantiles,
-positions up to ``max_positions``) and every label combination is initialised at start-up.
+Exporter stage. Probe counters and histograms are updated per record (a request's chunks in one vectorised
+pass, as the recorder records them); windowed gauges and HDR-exact quantiles are copied from the recorder's
+``ProbeWindow``s on the interval tick; log-source counters are read from the sources at scrape time
+(``SourceCollector``), so they are kept in one place only. Every label value comes from a closed set
+(targets from config, outcomes, windows, quantiles, positions up to ``max_positions``) and every label
+combination is initialised at start-up.
 """
 
 from __future__ import annotations

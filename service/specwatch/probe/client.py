@@ -24,7 +24,7 @@ from ..records import Outcome, RequestRecord
 from .h1 import Exchange, Origin, Streams, wait_body
 from .stream import PATHS, Attempt, GenParams, build_payload
 
-CONTROL_CONNECTIONS = 4  # beyond the streams: detection, the server-metrics scrape, info queries
+CONTROL_CONNECTIONS = 4  # detection, the server-metrics scrape, info queries
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +45,13 @@ class Access:
         return f"Access(api_key={'<set>' if self.api_key else None}, ca_file={self.ca_file!r})"
 
 
-def make_session(max_streams: int, timeouts: Timeouts, access: Access | None = None) -> aiohttp.ClientSession:
-    """One pooled session. Connector limit and timeouts are explicit: aiohttp's defaults queue silently
-    past 100 connections and cut every request at 5 minutes. Callers pass the number that caps their
-    streams in flight (``LoadPlan.max_streams``), so no stream ever waits for a connection unmeasured."""
+def make_session(timeouts: Timeouts, access: Access | None = None, streams: int = 0) -> aiohttp.ClientSession:
+    """The pooled session for what is not a probe stream (those go over ``h1.Streams``, sized from
+    ``LoadPlan.max_streams``): detection, scrapes, info queries. Connector limit and timeouts are explicit:
+    aiohttp's defaults queue silently past 100 connections and cut every request at 5 minutes. ``streams``:
+    connections for a caller that also streams on it (the benchmarks' bare loop)."""
     access = access or Access()
-    limit = max_streams + CONTROL_CONNECTIONS
+    limit = streams + CONTROL_CONNECTIONS
     ssl_ctx = ssl.create_default_context(cafile=access.ca_file) if access.ca_file else True
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ttl_dns_cache=300, ssl=ssl_ctx)
     timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_read=timeouts.read_s)

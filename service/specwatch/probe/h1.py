@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from .. import __version__
 from ..errors import SSEError, StreamError
+from ..options import redact
 from ..records import Outcome
 from .sse import SSEParser
 from .stream import Attempt
@@ -71,11 +72,10 @@ class Exchange:
     end, so the connection may carry another request."""
 
     __slots__ = ("_buf", "_left", "_location", "_snippet", "_sse", "attempt", "bytes_ns", "done", "ended",
-                 "keep_alive", "loop", "seen", "state", "status", "when_ns")
+                 "keep_alive", "seen", "state", "status", "when_ns")
 
     def __init__(self, attempt: Attempt, loop: asyncio.AbstractEventLoop) -> None:
         self.attempt = attempt
-        self.loop = loop
         self.done: asyncio.Future[Failure | None] = loop.create_future()
         self.ended: asyncio.Future[None] = loop.create_future()  # the body was read to its end, or lost
         self.state = HEAD
@@ -241,11 +241,7 @@ class Exchange:
         if self.done.done():
             return
         text = self._snippet.decode("utf-8", "replace").replace("\n", " ")
-        where = ""
-        if 300 <= self.status < 400:
-            from ..options import redact
-
-            where = f" to {redact(self._location)}"
+        where = f" to {redact(self._location)}" if 300 <= self.status < 400 else ""
         self.fail(Outcome.HTTP_ERROR, f"HTTP {self.status}{where}: {text}", self.status)
 
     def _end(self, now: int) -> None:
