@@ -143,6 +143,9 @@ def verdict() -> db.Dashboard:
             .build())
 
 
+HISTOGRAMS = (("ttft", "TTFT"), ("itl", "Per-token ITL"), ("inter_chunk", "Inter-chunk gap"), ("e2e", "End-to-end"))
+
+
 def latency() -> db.Dashboard:
     d = variables(base("specwatch-latency", "specwatch / Latency",
                        "Probe latency: TTFT, per-token ITL, inter-chunk gap and end-to-end latency (from the "
@@ -161,8 +164,7 @@ def latency() -> db.Dashboard:
                             desc="Per sidecar (HDR quantiles do not add up across sidecars; the Fleet row "
                                  "aggregates from histogram buckets)."))
     d = d.with_row(db.Row("Fleet (every selected sidecar, from summed histogram buckets)"))
-    for name, title in (("ttft", "TTFT"), ("itl", "Per-token ITL"), ("inter_chunk", "Inter-chunk gap"),
-                        ("e2e", "End-to-end")):
+    for name, title in HISTOGRAMS:
         bucket = f"rate(specwatch_probe_{name}_seconds_bucket{{{TSEL}}}[$__rate_interval])"
         d = d.with_panel(ts(f"Fleet {title} p50 / p99", "s",
                             q(f"histogram_quantile(0.5, sum by (le, target) ({bucket}))", "p50 {{target}}"),
@@ -174,8 +176,7 @@ def latency() -> db.Dashboard:
                                  "Prometheus buckets (bucket-resolution, not HDR-exact), mean from summed sums "
                                  "and counts.", w=6))
     d = d.with_row(db.Row("Heatmaps"))
-    for name, title in (("ttft", "TTFT"), ("itl", "Per-token ITL"), ("inter_chunk", "Inter-chunk gap"),
-                        ("e2e", "End-to-end")):
+    for name, title in HISTOGRAMS:
         d = d.with_panel(heatmap.Panel().title(f"{title} heatmap").datasource(DS).height(8).span(12)
                          .with_target(q(f"sum by (le) (increase(specwatch_probe_{name}_seconds_bucket{{{TSEL}}}"
                                         f"[$__rate_interval]))", "{{le}}").format(PromQueryFormat.HEATMAP)))
