@@ -1,22 +1,30 @@
-"""Records as JSON Lines, losslessly: what ``bench --records`` writes and ``specwatch report`` replays.
+"""Records as JSON, losslessly: the JSON Lines ``bench --records`` writes and ``specwatch report`` replays,
+and the offline documents (``results``: ``bench --json``, ``sweep.json``).
 
-One object per line, tagged by ``kind``: ``run`` (a ``RunInfo``), ``request`` (a ``RequestRecord``) or
-``sample`` (a ``ServerSample``). Every field is written, so ``decode(encode(r)) == r``. Decoding is strict:
-a line with a missing or mistyped field raises ``RecordFileError`` naming the line and the field.
+A records file has one object per line, tagged by ``kind``: ``run`` (a ``RunInfo``), ``request`` (a
+``RequestRecord``) or ``sample`` (a ``ServerSample``). Every field is written, so ``decode(encode(r)) == r``.
+Documents are decoded by ``load_as`` from the dataclasses' own field types. Decoding is strict: a missing
+(and not defaulted), unknown or mistyped field raises ``RecordFileError`` naming the line or the path of the
+field.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from .errors import RecordFileError
-from .records import Outcome, RequestRecord, RunInfo, ServerSample, SpecStats
+from .records import LoopLag, Outcome, RequestRecord, RunInfo, ServerSample, SpecStats
+from .results import SWEEP_VERSION, SweepDoc
+
+T = TypeVar("T")
 
 Record = RequestRecord | ServerSample | RunInfo
 KINDS: dict[type, str] = {RunInfo: "run", RequestRecord: "request", ServerSample: "sample"}
@@ -104,7 +112,7 @@ def _sample(d: dict[str, Any]) -> ServerSample:
 
 
 def _run(d: dict[str, Any]) -> RunInfo:
-    return RunInfo(**d)
+    return RunInfo(**(d | {"loop_lag": from_json(LoopLag, d.get("loop_lag", {}), "loop_lag")}))
 
 
 DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {"run": _run, "request": _request, "sample": _sample}
@@ -136,3 +144,107 @@ def read(path: str) -> Iterator[Record]:
                 yield decode(line)
             except RecordFileError as exc:
                 raise RecordFileError(f"{path}:{n}: {exc}") from None
+
+
+def dumps(doc: Any) -> bytes:
+    """A document (a dataclass, or plain data holding them) as indented JSON."""
+    return orjson.dumps(doc, default=_plain, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+
+
+def load_as(cls: type[T], path: str) -> T:
+    """The document at ``path`` as ``cls``; ``RecordFileError`` names the file and the field."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        doc = orjson.loads(data)
+        if cls is SweepDoc and isinstance(doc, dict) and doc.get("version", 1) not in range(1, SWEEP_VERSION + 1):
+            raise RecordFileError(f"version {doc['version']!r}: this specwatch reads sweep.json versions 1 (no "
+                                  f"version field) to {SWEEP_VERSION}")
+        return from_json(cls, doc, "")
+    except orjson.JSONDecodeError as exc:
+        raise RecordFileError(f"{path}: not JSON: {exc}") from None
+    except RecordFileError as exc:
+        raise RecordFileError(f"{path}: {exc}") from None
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _where(at: str, key: object) -> str:
+    return f"{at}.{key}" if at else str(key)
+
+
+def from_json(tp: Any, v: Any, at: str) -> Any:
+    """``v`` (decoded JSON) checked against the type ``tp`` and built into it; ``at`` is the field's path."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return v
+    if origin in (typing.Union, types.UnionType):
+        if v is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return from_json(inner[0], v, at)
+        raise TypeError(f"{at}: unions of several types are not decoded")  # a bug in a record's declaration
+    if origin is typing.Literal:
+        if v not in args:
+            raise RecordFileError(f"{at or 'value'}: {v!r} is not one of {', '.join(map(repr, args))}")
+        return v
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass(tp, v, at)
+    if origin is tuple:
+        if not isinstance(v, list):
+            raise RecordFileError(f"{at}: expected a list")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(from_json(args[0], x, f"{at}[{i}]") for i, x in enumerate(v))
+        if len(v) != len(args):
+            raise RecordFileError(f"{at}: expected {len(args)} items")
+        return tuple(from_json(a, x, f"{at}[{i}]") for i, (a, x) in enumerate(zip(args, v, strict=True)))
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise RecordFileError(f"{at}: expected an object")
+        return {_key(args[0], k, at): from_json(args[1], x, _where(at, k)) for k, x in v.items()}
+    return _scalar(tp, v, at)
+
+
+def _key(tp: Any, k: str, at: str) -> Any:
+    if tp is int:
+        if not k.lstrip("-").isdecimal() or len(k) > 19:
+            raise RecordFileError(f"{at}: key {k!r} is not an integer")
+        return int(k)
+    return k
+
+
+def _scalar(tp: Any, v: Any, at: str) -> Any:
+    if tp is float:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    elif tp is int:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    elif isinstance(v, tp):
+        return v
+    raise RecordFileError(f"{at or 'value'}: {v!r} is not of type {getattr(tp, '__name__', tp)}")
+
+
+def _dataclass(cls: type[T], v: Any, at: str) -> T:
+    if not isinstance(v, dict):
+        raise RecordFileError(f"{at or cls.__name__}: expected an object")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(v) - set(fields))
+    if unknown:
+        raise RecordFileError(f"{_where(at, unknown[0])}: unknown field")
+    hints = _hints(cls)
+    kw = {}
+    for name, f in fields.items():
+        if name in v:
+            kw[name] = from_json(hints[name], v[name], _where(at, name))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise RecordFileError(f"{_where(at, name)}: missing field")
+    return cls(**kw)

@@ -5,6 +5,9 @@
      │    ├── UrlError          a server URL that is not a base URL
      │    └── PromptFileError   a --prompts file that cannot be read or holds no prompts
      ├── TargetError          the target answers, but as no server we know (detection)
+     │    └── AuthError         it refuses our credentials (401/403): fatal at start, no retry mends it
+     ├── WorkerError          a probe worker process died: the run is incomplete
+     ├── AnalysisError        the measurements do not support the analysis asked for (too few to fit)
      ├── StreamError          a response stream broke the protocol: that request's outcome is stream_error
      │    └── SSEError          the SSE framing itself (a line over the size cap)
      ├── LogLineError         a log line shaped like ours whose values are garbage: counted as malformed
@@ -35,6 +38,18 @@ class PromptFileError(ConfigError):
 
 
 class TargetError(SpecwatchError):
+    pass
+
+
+class AuthError(TargetError):
+    pass
+
+
+class WorkerError(SpecwatchError):
+    pass
+
+
+class AnalysisError(SpecwatchError):
     pass
 
 

@@ -282,6 +282,19 @@ def api_key(values: Mapping[str, Any]) -> str | None:
     return read_secret_file("api_key_file", path) if path else values.get("api_key")
 
 
+def key_source(api_key_file: str | None, api_key: str | None, env_name: str = "SPECWATCH_API_KEY") -> str:
+    """Where the target's API key came from, for the message when the target refuses it (never the key)."""
+    if api_key_file:
+        return f"the API key read from {api_key_file}"
+    if api_key:
+        return f"the API key from {env_name}"
+    return "no API key (give it in SPECWATCH_API_KEY or --api-key-file)"
+
+
+def auth_message(exc: Exception, source: str) -> str:
+    return f"{exc}: the target refuses {source}" if not source.startswith("no ") else f"{exc}: {source}"
+
+
 def from_flags(ns: argparse.Namespace, defaults: Mapping[str, Any],
                environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The command line layer over ``defaults``, validated; secrets (flagless options) from ``environ``."""

@@ -86,6 +86,11 @@ class RequestRecord:
         return self.done_ns - self.sent_ns
 
     @property
+    def service_tokens_per_second(self) -> float | None:
+        """The seed script's per-request tok/s: output tokens / (done - sent)."""
+        return self.output_tokens * 1e9 / self.service_ns if self.service_ns > 0 else None
+
+    @property
     def schedule_lag_ns(self) -> int:
         return max(0, self.sent_ns - self.intended_ns)
 
@@ -132,6 +137,23 @@ class ServerSample:
 
 
 @dataclass(frozen=True, slots=True)
+class LoopLag:
+    """The client's own event-loop lag over a run (``probe.lag.summary``): the worst interval's p99, the largest
+    sample, how many intervals were distorted and when (the spans mark the requests that ran then)."""
+
+    threshold_ms: float = 1.0
+    intervals: int = 0
+    distorted_intervals: int = 0
+    worst_interval_p99_ms: float | None = None
+    max_ms: float | None = None
+    samples: int = 0
+    distorted_spans_ns: tuple[tuple[int, int], ...] = ()
+
+    def overlaps(self, start_ns: int, end_ns: int) -> bool:
+        return any(a < end_ns and start_ns < b for a, b in self.distorted_spans_ns)
+
+
+@dataclass(frozen=True, slots=True)
 class RunInfo:
     """What a bench run was pointed at; written first in a records file so a replay can print the same report."""
 
@@ -142,7 +164,7 @@ class RunInfo:
     lifetime_accept_length: float | None = None  # the server's own running average, asked after the run
     settings: dict[str, Any] = field(default_factory=dict)  # the bench options, as given
     start_wall_s: float | None = None  # Unix time of the first send: labels a replay's .hlog like the run's
-    loop_lag: dict[str, Any] = field(default_factory=dict)  # the client's own event-loop lag (loop_lag.summary)
+    loop_lag: LoopLag = LoopLag()  # the client's own event-loop lag
 
 
 @dataclass(frozen=True, slots=True)

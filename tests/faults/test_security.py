@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -42,17 +43,22 @@ def test_the_api_key_reaches_the_target_and_nothing_else(procs, tmp_path, via):
                what="authorised probes")
     assert KEY not in everything_printed(d, tmp_path)
     assert KEY.encode() not in Path(f"/proc/{d.popen.pid}/cmdline").read_bytes()
-    # the same against a wrong key: every probe is a counted http_error 401, logged without any key
+    # the same against a wrong key, which no retry mends: bench (API given or detected) and the daemon stop at
+    # start with status 2, naming where the key came from and never the key
     wrong = {"SPECWATCH_API_KEY": "wrong-" + KEY[::-1]}
-    p = procs.start(specwatch_cmd("bench", "--server-url", sim.url, "--api", "sglang", "--num-runs", "2", "--warmup",
-                                  "0", "--json", str(tmp_path / "b.json"), "--records", str(tmp_path / "b.jsonl")),
-                    "bench-wrong-key", env=wrong)
-    assert p.popen.wait(60) == 1
-    runs = json.loads((tmp_path / "b.json").read_text())["runs"]
-    assert [(r["outcome"], r["status"]) for r in runs] == [("http_error", 401)] * 2
-    auto = procs.start(specwatch_cmd("bench", "--server-url", sim.url, "--num-runs", "1"), "bench-auto", env=wrong)
-    assert auto.popen.wait(60) == 1 and "answered HTTP 401: give the target's API key" in auto.output()
-    assert KEY not in p.output() + auto.output() and KEY[::-1] not in p.output() + everything_printed(d, tmp_path)
+    outputs = []
+    for name, argv in [("bench-fixed", ["bench", "--server-url", sim.url, "--api", "sglang", "--num-runs", "2",
+                                        "--json", str(tmp_path / "b.json")]),
+                       ("bench-auto", ["bench", "--server-url", sim.url, "--num-runs", "1"]),
+                       ("run-auto", ["run", "--listen", f"127.0.0.1:{free_port()}", "--server-url", sim.url])]:
+        t0 = time.monotonic()
+        p = procs.start(specwatch_cmd(*argv), name, env=wrong)
+        assert p.popen.wait(60) == 2, (name, p.output())
+        assert time.monotonic() - t0 < 5, name  # the bound; before, --api auto retried forever
+        assert "answered HTTP 401: the target refuses the API key from SPECWATCH_API_KEY" in p.output(), p.output()
+        outputs.append(p.output())
+    assert not (tmp_path / "b.json").exists()  # nothing measured, nothing written
+    assert KEY not in "".join(outputs) and KEY[::-1] not in "".join(outputs) + everything_printed(d, tmp_path)
 
 
 def test_bench_with_a_key_file_prints_and_writes_no_key(procs, tmp_path):

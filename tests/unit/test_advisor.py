@@ -4,6 +4,7 @@ import pytest
 
 from specwatch.analysis import advisor, cost_model
 from specwatch.analysis.cost_model import Measurement
+from specwatch.errors import AnalysisError
 from specwatch.sim import model
 
 
@@ -49,7 +50,7 @@ def test_positions_are_pooled_by_rounds_and_extrapolated():
 
 
 def test_too_few_configurations():
-    with pytest.raises(ValueError, match="at least two"):
+    with pytest.raises(AnalysisError, match="at least two"):
         cost_model.fit(measured([2]))
 
 

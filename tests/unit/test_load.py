@@ -16,6 +16,7 @@ from specwatch.analysis.verdict import Judge, VerdictInputs
 from specwatch.errors import ConfigError
 from specwatch.recorder.load import LoadCurve, LoadTracker, bucket_of
 from specwatch.records import Outcome, RequestRecord, ServerSample
+from specwatch.results import BenchResult, ConfigResult, LevelResult, RunResult, Spread
 from specwatch.sim import model
 
 CURVE = bl.BaselineCurve((bl.CurvePoint(1, 100.0), bl.CurvePoint(4, 80.0), bl.CurvePoint(16, 40.0)))
@@ -128,11 +129,21 @@ def test_simulator_crossover_is_where_its_two_cycle_costs_meet():
         pytest.approx(92.9, abs=0.1)  # the seed table holds at one stream
 
 
-def result(label: str, steps: int, rates: dict[int, float]) -> dict:
-    return {"label": label, "status": "ok", "steps": steps, "by_concurrency": {
-        str(c): {"results": {"decode_tokens_per_second": r, "accept_length_client": 1.0 + steps * 0.5},
-                 "runs": [{"outcome": "ok", "decode_tokens_per_second": r * f} for f in (0.97, 1.0, 1.03)]}
-        for c, r in rates.items()}}
+def bench_result(decode_tps: float, accept_length: float) -> BenchResult:
+    return BenchResult(3, 3, decode_tps, decode_tps, decode_tps, decode_tps, decode_tps, {}, Spread(),
+                       accept_length, None, None, 0, (), {"ok": 3}, {}, 0, None)
+
+
+def run(decode_tps: float) -> RunResult:
+    return RunResult("p", "chat", "ok", 200, "", 100, 10, 1.0, 1.0, 0.0, 0.1, 50, decode_tps, None, None, None, True)
+
+
+def result(label: str, steps: int, rates: dict[int, float]) -> ConfigResult:
+    by_c = {c: LevelResult(bench_result(r, 1.0 + steps * 0.5), tuple(run(r * f) for f in (0.97, 1.0, 1.03)))
+            for c, r in rates.items()}
+    lowest = by_c[min(by_c)]
+    return ConfigResult(label, {}, 0.0, "ok", steps=steps, draft_tokens=steps + 1, results=lowest.results,
+                        runs=lowest.runs, by_concurrency=by_c)
 
 
 def test_sweep_bands_schedule_and_crossovers():

@@ -3,26 +3,22 @@ Analysis stage; pure (sweep results in, text out)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
+from ..results import ConfigResult
 from .cost_model import Fit, Measurement
 
 
-def from_results(configs: list[dict[str, Any]]) -> list[Measurement]:
-    """Measurements from sweep results (one dict per finished configuration)."""
+def from_results(configs: Sequence[ConfigResult]) -> list[Measurement]:
+    """Measurements from a sweep's finished configurations, as measured at the level each ``results`` holds."""
     out = []
     for c in configs:
-        r = c.get("results") or {}
-        if c.get("status") != "ok" or not r.get("decode_tokens_per_second"):
+        tps, decode, al = c.tokens_per_second, c.decode_tokens_per_second, c.accept_length
+        if not c.ok or not decode or tps is None or al is None or c.results is None:
             continue
-        steps = int(c.get("steps", 0))
-        out.append(Measurement(
-            label=c["label"], steps=steps, draft_tokens=int(c.get("draft_tokens") or steps + 1),
-            tokens_per_second=r["overall_tokens_per_second"], decode_tokens_per_second=r["decode_tokens_per_second"],
-            accept_length=r.get("accept_length_client") or c.get("log_accept_length") or 1.0,
-            # SGLang: the probe's per-request histograms; vLLM: the per-position rates of its log lines
-            position_acceptance=tuple(r.get("position_acceptance") or c.get("log_position_acceptance") or ()),
-            verify_rounds=r.get("verify_rounds") or 0))
+        out.append(Measurement(label=c.label, steps=c.steps, draft_tokens=c.draft_tokens or c.steps + 1,
+                               tokens_per_second=tps, decode_tokens_per_second=decode, accept_length=al,
+                               position_acceptance=c.position_acceptance, verify_rounds=c.results.verify_rounds))
     return out
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..errors import AnalysisError
+
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
@@ -117,7 +119,7 @@ def _nonneg_fit(rows: list[list[float]], ys: list[float], ws: list[float]) -> li
 
 def fit(ms: list[Measurement], max_steps: int = 12) -> Fit:
     if len(ms) < 2:
-        raise ValueError("the advisor needs at least two measured configurations")
+        raise AnalysisError("the advisor needs at least two measured configurations")
     spec = [m for m in ms if m.steps > 0]
     upto = max([max_steps, *(m.steps for m in ms)])
     positions = pooled_positions(spec, upto)
@@ -135,5 +137,5 @@ def fit(ms: list[Measurement], max_steps: int = 12) -> Fit:
         if best is None or rms < best.rms_rel_error - 1e-12:
             best = Fit(sol[0], sol[1], sol[2], tau, positions, rms)
     if best is None:
-        raise ValueError("could not fit the cycle model to these measurements")
+        raise AnalysisError("could not fit the cycle model to these measurements")
     return best

@@ -17,38 +17,14 @@ crossover for step counts and concurrencies the sweep did not run.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from ..results import ConfigResult, levels, plain_of
 from .baseline import BaselineCurve, CurvePoint
 from .by_load import crossover
 from .compare import Margin, margin
 from .cost_model import Fit
-
-
-def levels(results: list[dict[str, Any]]) -> list[int]:
-    return sorted({int(c) for r in results if r.get("status") == "ok" for c in r.get("by_concurrency", {})})
-
-
-def cell(r: dict[str, Any], c: int) -> dict[str, Any] | None:
-    return (r.get("by_concurrency") or {}).get(str(c))
-
-
-def stream_tps(r: dict[str, Any], c: int) -> float | None:
-    x = cell(r, c)
-    return x["results"].get("decode_tokens_per_second") if x else None
-
-
-def per_request(r: dict[str, Any], c: int) -> list[float]:
-    x = cell(r, c)
-    return [run["decode_tokens_per_second"] for run in (x or {}).get("runs", [])
-            if run.get("outcome") == "ok" and run.get("decode_tokens_per_second")]
-
-
-def plain_of(results: list[dict[str, Any]]) -> dict[str, Any] | None:
-    ok = [r for r in results if r.get("status") == "ok"]
-    return next((r for r in ok if r["label"] == "baseline"), None) or next((r for r in ok if r.get("steps") == 0),
-                                                                          None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,24 +38,26 @@ class Band:
     margin: Margin | None  # the fastest over plain decoding
 
 
-def bands(results: list[dict[str, Any]]) -> list[Band]:
+def bands(results: Sequence[ConfigResult]) -> list[Band]:
     plain = plain_of(results)
     out = []
     for c in levels(results):
-        ok = [r for r in results if r.get("status") == "ok" and stream_tps(r, c)]
+        ok = [r for r in results if r.ok and r.stream_tps(c)]
         if not ok:
             continue
-        fastest = max(ok, key=lambda r: stream_tps(r, c) or 0.0)
-        m = margin(per_request(fastest, c), per_request(plain, c)) if plain is not None and fastest is not plain \
-            else None
-        pick = plain if plain is not None and (fastest is plain or m is None or m.tie or m.ratio <= 0) else fastest
-        assert pick is not None
-        out.append(Band(c, pick["label"], fastest["label"], int(pick.get("steps") or 0),
-                        stream_tps(fastest, c) or 0.0, stream_tps(plain, c) if plain else None, m))
+        fastest = max(ok, key=lambda r: r.stream_tps(c) or 0.0)
+        m = None
+        if plain is not None and fastest is not plain:
+            m = margin(fastest.per_request(c), plain.per_request(c))
+        pick = fastest
+        if plain is not None and (fastest is plain or m is None or m.tie or m.ratio <= 0):
+            pick = plain
+        out.append(Band(c, pick.label, fastest.label, pick.steps, fastest.stream_tps(c) or 0.0,
+                        plain.stream_tps(c) if plain else None, m))
     return out
 
 
-def crossovers(results: list[dict[str, Any]]) -> dict[str, float | None]:
+def crossovers(results: Sequence[ConfigResult]) -> dict[str, float | None]:
     """Per speculative configuration: the concurrency where its per-stream rate falls below plain decoding's
     (interpolated in log(load)); 1.0 when it loses from the first level, None when it never does."""
     plain = plain_of(results)
@@ -87,10 +65,10 @@ def crossovers(results: list[dict[str, Any]]) -> dict[str, float | None]:
         return {}
     out: dict[str, float | None] = {}
     for r in results:
-        if r is plain or r.get("status") != "ok" or not r.get("steps"):
+        if r is plain or not r.ok or not r.steps:
             continue
-        pts = [(float(c), s / p) for c in levels(results) if (s := stream_tps(r, c)) and (p := stream_tps(plain, c))]
-        out[r["label"]] = crossover(pts)
+        pts = [(float(c), s / p) for c in levels(results) if (s := r.stream_tps(c)) and (p := plain.stream_tps(c))]
+        out[r.label] = crossover(pts)
     return out
 
 
@@ -127,15 +105,15 @@ def sglang_advice(bs: list[Band]) -> str:
             "or route loads above that to a replica without speculation (--max-running-requests splits)")
 
 
-def baseline_curve(results: list[dict[str, Any]], source: str) -> BaselineCurve | None:
+def baseline_curve(results: Sequence[ConfigResult], source: str) -> BaselineCurve | None:
     plain = plain_of(results)
     if plain is None:
         return None
     pts = []
     for c in levels(results):
-        x = cell(plain, c)
-        if x is not None and x["results"].get("decode_tokens_per_second"):
-            pts.append(CurvePoint(float(c), x["results"]["decode_tokens_per_second"], len(per_request(plain, c))))
+        tps = plain.stream_tps(c)
+        if tps:
+            pts.append(CurvePoint(float(c), tps, len(plain.per_request(c))))
     return BaselineCurve(tuple(pts), source) if pts else None
 
 
@@ -163,21 +141,18 @@ class BatchFit:
         return 1.0 + gap / slope if slope > 0 else None
 
 
-def fit_batch(results: list[dict[str, Any]], base: Fit) -> BatchFit | None:
+def fit_batch(results: Sequence[ConfigResult], base: Fit) -> BatchFit | None:
     """Least squares of the cells' cycle times for (a, t) ≥ 0, given the single-stream fit."""
     rows: list[tuple[float, float, float]] = []
     for r in results:
-        if r.get("status") != "ok":
+        if not r.ok:
             continue
-        steps = int(r.get("steps") or 0)
-        for c in levels(results):
-            x = cell(r, c)
-            tps = stream_tps(r, c)
-            if x is None or not tps or c <= 1:
+        for c in r.levels:
+            cyc = r.at(c).cycle_s
+            if cyc is None or c <= 1:
                 continue
-            al = x["results"].get("accept_length_client") or (r.get("log_accept_length") if steps else 1.0) or 1.0
-            c1 = base.cycle_s(steps)
-            rows.append(((al / tps) / c1 - 1.0, c - 1.0, (c - 1.0) * (steps + 1) / c1))
+            c1 = base.cycle_s(r.steps)
+            rows.append((cyc / c1 - 1.0, c - 1.0, (c - 1.0) * (r.steps + 1) / c1))
     if not rows:
         return None
     s11 = sum(x1 * x1 for _, x1, _ in rows)
@@ -196,7 +171,7 @@ def fit_batch(results: list[dict[str, Any]], base: Fit) -> BatchFit | None:
     return BatchFit(base, a, t, len(rows))
 
 
-def report(results: list[dict[str, Any]], base: Fit | None, predict_steps: range) -> str:
+def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: range) -> str:
     """The per-concurrency verdicts, the schedule and (with a single-stream fit) the batch model."""
     bs = bands(results)
     if not bs:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-import orjson
-
+from .. import codec
 from ..analysis import advisor, cost_model
+from ..errors import AnalysisError, RecordFileError
+from ..results import SweepDoc
 
 
 def main(argv: list[str]) -> int:
@@ -19,11 +19,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-steps", type=int, default=12, help="predict up to this many draft steps (default 12)")
     a = p.parse_args(argv)
     try:
-        doc = orjson.loads(Path(a.src).read_bytes())
-        ms = advisor.from_results(doc["configurations"])
+        doc = codec.load_as(SweepDoc, a.src)
+        ms = advisor.from_results(doc.configurations)
         f = cost_model.fit(ms, a.max_steps)
-    except (OSError, orjson.JSONDecodeError, KeyError, ValueError) as exc:
-        print(f"specwatch advise: {a.src}: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"specwatch advise: {a.src}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except (RecordFileError, AnalysisError) as exc:
+        print(f"specwatch advise: {exc}" if isinstance(exc, RecordFileError) else f"specwatch advise: {a.src}: {exc}",
+              file=sys.stderr)
         return 2
     base = next((m.decode_tokens_per_second for m in ms if m.steps == 0), None)
     print(advisor.report(ms, f, base, range(1, max(a.max_steps, *(m.steps for m in ms)) + 1)))

@@ -18,14 +18,14 @@ import orjson
 from hdrh.histogram import HdrHistogram
 
 from .. import codec, options
+from ..analysis.bench_results import analyse
 from ..errors import RecordFileError
-from ..export import hlog
+from ..export import bench_report, hlog
 from ..export.format import fmt
 from ..hdr import hdr_quantiles
 from ..recorder.stats import Stats, unit
 from ..recorder.windows import Interval
 from ..records import RequestRecord, RunInfo
-from .bench import analyse, write_outputs
 
 QS = (0.5, 0.9, 0.99, 1.0)
 
@@ -106,12 +106,12 @@ def main(argv: list[str]) -> int:
         return 2
     if result is not None:
         print(f"Report of {len(records)} records from {', '.join(rec_files)} ({info.server_url}, api {info.api})")
-        print(result.text)
+        print(bench_report.text(result.doc, records))
     if merged is not None:
         print(hlog_text(merged, logs))
     if result is not None:
-        doc = result.doc | ({"interval_logs": merged} if merged is not None else {})
-        write_outputs(result, info, records, None, None, a.hlog)
+        doc = orjson.loads(codec.dumps(result.doc)) | ({"interval_logs": merged} if merged is not None else {})
+        bench_report.write_outputs(result, info, records, None, None, a.hlog)
     else:
         doc = {"interval_logs": merged, "files": logs}
         if a.hlog and merged_hists is not None:

@@ -24,10 +24,11 @@ import aiohttp
 from aiohttp import web
 
 from .. import config as config_mod
+from .. import options
 from ..analysis import baseline as baseline_mod
 from ..analysis.by_load import LoadVerdict, by_load
 from ..analysis.verdict import Judge, Verdict, verdict_inputs
-from ..errors import ConfigError
+from ..errors import AuthError, ConfigError, WorkerError
 from ..export.hlog import HlogWriter
 from ..export.http import Endpoints
 from ..export.page import History
@@ -181,7 +182,7 @@ class Daemon:
             workers = Workers(jobs(plan, c.workers, targets, plist, params, limits, access, self.tokenizer is not None))
             await workers.run(self.on_record, self.stop)
             if workers.failed or not self.stop.is_set():
-                raise RuntimeError("probe workers ended: " + ("; ".join(workers.failed) or "without being stopped"))
+                raise WorkerError("probe workers ended: " + ("; ".join(workers.failed) or "without being stopped"))
             return
         async with make_streams(plan.max_streams, limits, access) as streams:
             await Load(streams, PromptCycle(plist, targets), params, plan, self.on_record, self.stop, limits,
@@ -366,6 +367,11 @@ def main(argv: list[str]) -> int:
         print(f"specwatch run: {exc}", file=sys.stderr)
         return 1
     except ExceptionGroup as eg:
+        auth = eg.subgroup(AuthError)
+        if auth is not None:
+            source = options.key_source(cfg.api_key_file, cfg.api_key, "SPECWATCH_API_KEY or the config's api_key")
+            print(f"specwatch run: {options.auth_message(auth.exceptions[0], source)}", file=sys.stderr)
+            return 2
         for failure in eg.exceptions:
             log.error("a long-lived task failed: %r", failure, exc_info=failure)
         return 1

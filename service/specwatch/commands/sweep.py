@@ -26,31 +26,65 @@ import re
 import signal
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from .. import options
+from .. import codec, options
 from ..analysis import advisor, cost_model, load_sweep
 from ..analysis import baseline as baseline_mod
+from ..analysis.bench_results import analyse
 from ..analysis.server_log import SamplePool
-from ..errors import ConfigError, LaunchError, TargetError
-from ..export import sweep_report
+from ..errors import AuthError, ConfigError, LaunchError, RecordFileError, TargetError, WorkerError
+from ..export import bench_report, sweep_report
+from ..probe.bounded import BenchSpec, collect
 from ..probe.detect import speculation_of
+from ..records import RunInfo
+from ..results import ConfigResult, LevelResult, SweepDoc, levels
 from ..server.logparse import parse_line
-from . import bench as bench_cmd
 from .launch import Server, wait_ready
 
-DEFAULTS: dict[str, Any] = {
-    "launch": None, "param": [], "baseline_launch": None, "server_url": "http://127.0.0.1:30000", "targets": None,
-    "log_file": None, "api": "auto", "max_tokens": 500, "num_runs": 5, "warmup": 1, "concurrency_levels": "1",
-    "prompts": None, "temperature": 0.0, "connect_timeout_s": 5.0, "read_timeout_s": 60.0,
-    "request_timeout_s": 600.0, "api_key": None, "api_key_file": None, "ca_file": None,
-    "ready_timeout_s": 1800.0, "grace_s": 20.0, "out": "sweep-out",
-}
-BENCH_KEYS = ("api", "max_tokens", "num_runs", "warmup", "prompts", "temperature",
-              "connect_timeout_s", "read_timeout_s", "request_timeout_s", "ca_file")
+
+@dataclass(frozen=True, slots=True)
+class SweepSpec:
+    launch: str | None = None
+    param: tuple[str, ...] = ()
+    baseline_launch: str | None = None
+    server_url: str = "http://127.0.0.1:30000"
+    targets: str | None = None
+    log_file: str | None = None
+    api: str = "auto"
+    max_tokens: int = 500
+    num_runs: int = 5
+    warmup: int = 1
+    concurrency_levels: str = "1"
+    prompts: str | None = None
+    temperature: float = 0.0
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0
+    request_timeout_s: float = 600.0
+    api_key: str | None = None
+    api_key_file: str | None = None
+    ca_file: str | None = None
+    ready_timeout_s: float = 1800.0
+    grace_s: float = 20.0
+    out: str = "sweep-out"
+
+    def __repr__(self) -> str:
+        return f"SweepSpec(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"
+
+    @property
+    def bench(self) -> BenchSpec:
+        """The bench options every configuration is measured with (the fields both specs have)."""
+        shared = {f.name for f in dataclasses.fields(BenchSpec)} - {"api_key_file"}  # the key itself is read
+        return BenchSpec(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in shared})
+
+    @property
+    def levels(self) -> list[int]:
+        return [int(x) for x in self.concurrency_levels.split(",")]
+
+
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(SweepSpec)} | {"param": []}
 
 
 def parse_params(specs: list[str]) -> dict[str, list[str]]:
@@ -95,7 +129,7 @@ def label(cfg: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in cfg.items()) or "baseline"
 
 
-def log_stats(path: Path, offset: int) -> dict[str, Any]:
+def log_stats(path: Path, offset: int) -> tuple[float | None, tuple[float, ...]]:
     """From the decode / SpecDecoding lines written after ``offset``: the pooled accept length and
     per-position acceptance (``analysis.server_log``'s weighting)."""
     pool = SamplePool()
@@ -109,64 +143,68 @@ def log_stats(path: Path, offset: int) -> dict[str, Any]:
         sample = parse_line(ln).sample
         if sample is not None:
             pool.add(sample)
-    return {"log_accept_length": pool.accept_length, "log_position_acceptance": pool.position_acceptance}
+    return pool.accept_length, tuple(pool.position_acceptance)
 
 
-def run_one(a: dict[str, Any], spec: bench_cmd.BenchSpec, name: str, cfg: dict[str, str], launch: str | None,
-            out: Path) -> dict[str, Any]:
+def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResult:
+    name, cfg, launch, _url = step
     print(f"\n=== {name} ===", flush=True)
-    result: dict[str, Any] = {"label": name, "params": cfg, "started": time.time()}
+    result = ConfigResult(name, cfg, time.time())
     server = None
-    log_path = Path(substitute(a["log_file"], cfg)) if a["log_file"] else None
+    log_path = Path(substitute(sw.log_file, cfg)) if sw.log_file else None
     try:
         if launch is not None:
-            cmd = substitute(launch, cfg)
-            result["command"] = cmd
-            print(f"  launching: {cmd}", flush=True)
-            server = Server(cmd, out / "logs" / f"{safe(name)}.out")
+            result = replace(result, command=substitute(launch, cfg))
+            print(f"  launching: {result.command}", flush=True)
+            server = Server(str(result.command), out / "logs" / f"{safe(name)}.out")
             log_path = log_path or server.out_path
-        elapsed = wait_ready(spec.server_url, server, a["ready_timeout_s"], say=lambda m: print(m, flush=True))
+        elapsed = wait_ready(spec.server_url, server, sw.ready_timeout_s, say=lambda m: print(m, flush=True))
         print(f"  ready after {elapsed:.0f}s", flush=True)
         offset = log_path.stat().st_size if log_path and log_path.exists() else 0
-        import uvloop
-
-        by_c: dict[str, dict[str, Any]] = {}
-        doc: dict[str, Any] = {}
-        for c in concurrency_levels(a):
-            spec_c = level_spec(spec, c)
-            if len(concurrency_levels(a)) > 1:
-                print(f"  -- concurrency {c}: {spec_c.num_runs} requests ({spec_c.warmup} warmup)", flush=True)
-            info, records = uvloop.run(bench_cmd.collect(spec_c, say=lambda m: print(m, flush=True)))
-            analysed = bench_cmd.analyse(info, records)
-            print(analysed.text, flush=True)
-            reasons = bench_cmd.all_failed(analysed.doc)
-            if reasons:
-                raise LaunchError(f"every request failed at concurrency {c}: {reasons}")
-            doc = doc or analysed.doc
-            by_c[str(c)] = {"results": analysed.doc["results"], "runs": analysed.doc["runs"]}
-        result["by_concurrency"] = by_c
-        sinfo = doc["server_info"]
-        steps, draft_tokens = speculation_of(str(sinfo.get("engine", "")), sinfo)
-        result.update(status="ok", results=doc["results"], runs=doc["runs"], server_info=sinfo,
-                      steps=steps, draft_tokens=draft_tokens, **(log_stats(log_path, offset) if log_path else {}))
-        if not sinfo and cfg.get("steps", cfg.get("k", "")).isdigit():
-            n = int(cfg.get("steps", cfg.get("k", "0")))  # an OpenAI-only server does not say: trust the template
-            result.update(steps=n, draft_tokens=n + 1)
-    except (LaunchError, TargetError, OSError) as exc:
-        result.update(status="failed", error=str(exc))
+        info, by_c = measure_levels(sw, spec)
+        log_al, log_pos = log_stats(log_path, offset) if log_path else (None, ())
+        steps, draft_tokens = speculation_of(str(info.server_info.get("engine", "")), info.server_info)
+        n = cfg.get("steps", cfg.get("k", ""))
+        if not info.server_info and n.isdigit():  # an OpenAI-only server does not say: trust the template
+            steps, draft_tokens = int(n), int(n) + 1
+        lowest = by_c[min(by_c)]
+        result = replace(result, status="ok", server_info=info.server_info, steps=steps, draft_tokens=draft_tokens,
+                         log_accept_length=log_al, log_position_acceptance=log_pos, results=lowest.results,
+                         runs=lowest.runs, by_concurrency=by_c)
+    except AuthError:
+        raise  # every configuration would fail alike: the sweep stops, naming the key's source
+    except (LaunchError, TargetError, WorkerError, OSError) as exc:
+        result = replace(result, status="failed", error=str(exc))
         print(f"  FAILED: {exc}", flush=True)
     finally:
         if server is not None:
-            server.stop(a["grace_s"])
-    result["finished"] = time.time()
-    return result
+            server.stop(sw.grace_s)
+    return replace(result, finished=time.time())
 
 
-def concurrency_levels(a: dict[str, Any]) -> list[int]:
-    return [int(x) for x in str(a["concurrency_levels"]).split(",")]
+def measure_levels(sw: SweepSpec, spec: BenchSpec) -> tuple[RunInfo, dict[int, LevelResult]]:
+    """Bench the ready server at every concurrency level; the first level's run info with the levels."""
+    import uvloop
+
+    by_c: dict[int, LevelResult] = {}
+    first: RunInfo | None = None
+    for c in sw.levels:
+        spec_c = level_spec(spec, c)
+        if len(sw.levels) > 1:
+            print(f"  -- concurrency {c}: {spec_c.num_runs} requests ({spec_c.warmup} warmup)", flush=True)
+        info, records = uvloop.run(collect(spec_c, say=lambda m: print(m, flush=True)))
+        analysed = analyse(info, records)
+        print(bench_report.text(analysed.doc, records), flush=True)
+        reasons = analysed.doc.all_failed()
+        if reasons:
+            raise LaunchError(f"every request failed at concurrency {c}: {reasons}")
+        first = first or info
+        by_c[c] = LevelResult(analysed.doc.results, analysed.doc.runs)
+    assert first is not None  # sw.levels is never empty
+    return first, by_c
 
 
-def level_spec(spec: bench_cmd.BenchSpec, c: int) -> bench_cmd.BenchSpec:
+def level_spec(spec: BenchSpec, c: int) -> BenchSpec:
     """At ``c`` streams: at least two measured requests per stream (warmup stays sequential and as given: it
     warms the server, while the closed loop's first round fills the batch at once)."""
     if c == 1:
@@ -178,48 +216,46 @@ def safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name).replace(",", "_")
 
 
-def save_json(path: Path, doc: Any) -> None:
+def save(path: Path, doc: ConfigResult | SweepDoc) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    tmp.write_bytes(codec.dumps(doc))
     tmp.replace(path)
 
 
 Step = tuple[str, dict[str, str], str | None, str]  # label, params, launch command, URL
 
 
-def plan(a: dict[str, Any]) -> list[Step]:
-    if a["targets"]:
-        urls = [u.strip() for u in a["targets"].split(",") if u.strip()]
+def plan(sw: SweepSpec) -> list[Step]:
+    if sw.targets:
+        urls = [u.strip() for u in sw.targets.split(",") if u.strip()]
         return [(f"target={u}", {}, None, options.parse_base_url(u)) for u in urls]
-    if not a["launch"]:
+    if not sw.launch:
         raise ConfigError("give --launch (with --param) or --targets")
-    params = parse_params(a["param"])
-    check_templates({"--launch": a["launch"], "--baseline-launch": a["baseline_launch"], "--log-file": a["log_file"]},
+    params = parse_params(list(sw.param))
+    check_templates({"--launch": sw.launch, "--baseline-launch": sw.baseline_launch, "--log-file": sw.log_file},
                     params)
-    if a["baseline_launch"] is not None and a["log_file"] and fields(a["log_file"]):
+    if sw.baseline_launch is not None and sw.log_file and fields(sw.log_file):
         raise ConfigError("--log-file with {param}s cannot name the baseline's log: use a fixed path")
-    url = a["server_url"]
-    steps: list[Step] = [(label(c), c, a["launch"], url) for c in configs(params)]
-    if a["baseline_launch"]:
-        steps.insert(0, ("baseline", {}, a["baseline_launch"], url))
+    steps: list[Step] = [(label(c), c, sw.launch, sw.server_url) for c in configs(params)]
+    if sw.baseline_launch:
+        steps.insert(0, ("baseline", {}, sw.baseline_launch, sw.server_url))
     return steps
 
 
-def explain(results: list[dict[str, Any]]) -> str:
+def explain(results: list[ConfigResult]) -> str:
     """Print the table, the winner with its margin's 95% interval, and the advisor; returns the advice."""
-    multi = len(load_sweep.levels(results)) > 1
-    if multi:
-        for c in load_sweep.levels(results):
-            print(f"\n-- concurrency {c}\n" + sweep_report.table(at_level(results, c))[0])
-        results = at_level(results, load_sweep.levels(results)[0])
+    cs = levels(results)
+    if len(cs) > 1:
+        for c in cs:
+            print(f"\n-- concurrency {c}\n" + sweep_report.table(at_level(results, c)))
+        results = at_level(results, cs[0])
         print("\n(the winner, advisor and tables below are at the lowest concurrency)")
-    text, winner, _base_tps = sweep_report.table(results)
-    print("\n" + text)
+    print("\n" + sweep_report.table(results))
+    winner = sweep_report.winner_of(results)
     if winner is not None:
         runner, m = sweep_report.winner_margin(results, winner)
-        w_tps = winner["results"]["overall_tokens_per_second"]
-        ahead = f", per-request tok/s {m.text()} against {runner['label']}" if m is not None and runner else ""
-        print(f"\nwinner: {winner['label']} at {w_tps:.1f} tok/s{ahead}")
+        ahead = f", per-request tok/s {m.text()} against {runner.label}" if m is not None and runner else ""
+        print(f"\nwinner: {winner.label} at {winner.tokens_per_second or 0.0:.1f} tok/s{ahead}")
     ms = advisor.from_results(results)
     if len(ms) < 3:
         return ""
@@ -229,21 +265,17 @@ def explain(results: list[dict[str, Any]]) -> str:
     return advice
 
 
-def at_level(results: list[dict[str, Any]], c: int) -> list[dict[str, Any]]:
+def at_level(results: list[ConfigResult], c: int) -> list[ConfigResult]:
     """The sweep's results as measured at concurrency ``c`` (for the single-level tables and advisor)."""
-    out = []
-    for r in results:
-        x = load_sweep.cell(r, c)
-        out.append(r | x if x is not None else r)
-    return out
+    return [r.at(c) for r in results]
 
 
-def by_load(results: list[dict[str, Any]], out: Path) -> str:
+def by_load(results: list[ConfigResult], out: Path) -> str:
     """Per-load verdicts, schedule and batch model (printed), and the baseline curve file; '' for one level."""
-    if len(load_sweep.levels(results)) < 2:
+    cs = levels(results)
+    if len(cs) < 2:
         return ""
-    lowest = at_level(results, load_sweep.levels(results)[0])
-    ms = advisor.from_results(lowest)
+    ms = advisor.from_results(at_level(results, cs[0]))
     base = cost_model.fit(ms) if len(ms) >= 3 else None
     steps = range(1, max(8, *(m.steps for m in ms)) + 1) if ms else range(1, 9)
     text = load_sweep.report(results, base, steps)
@@ -257,18 +289,60 @@ def by_load(results: list[dict[str, Any]], out: Path) -> str:
     return text
 
 
-def main(argv: list[str]) -> int:
+def run_all(sw: SweepSpec, todo: list[Step], out: Path) -> tuple[list[ConfigResult], bool]:
+    """Every configuration in turn, resuming finished ones from ``OUT/results/``; (results, interrupted)."""
+    results: list[ConfigResult] = []
+    spec = sw.bench
+    try:
+        for step in todo:
+            saved = out / "results" / f"{safe(step[0])}.json"
+            if saved.exists():
+                print(f"\n=== {step[0]} === (done earlier, skipped)")
+                results.append(codec.load_as(ConfigResult, str(saved)))
+                continue
+            res = run_one(sw, replace(spec, server_url=step[3]), step, out)
+            if res.ok:
+                save(saved, res)  # resumable: a rerun skips it; failures are retried
+            results.append(res)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the current server was stopped; finished configurations are kept", flush=True)
+        return results, True
+    return results, False
+
+
+def write_report(results: list[ConfigResult], out: Path) -> ConfigResult | None:
+    """The by-load report, the table, the advisor, and every output file; the winner."""
+    load_text = by_load(results, out)
+    cs = levels(results)
+    lowest = at_level(results, cs[0]) if cs else results
+    winner, base_tps = sweep_report.winner_of(lowest), sweep_report.baseline_tps(lowest)
+    advice = explain(results)
+    if load_text:
+        advice = advice + "\n\n" + load_text if advice else load_text
+    save(out / "sweep.json", SweepDoc(tuple(results), winner.label if winner else None, base_tps))
+    sweep_report.write_csv(out / "sweep.csv", results)
+    print(sweep_report.plot(out / "sweep.png", results, base_tps))
+    (out / "report.html").write_text(sweep_report.html(results, winner, base_tps, advice), encoding="utf-8")
+    print(f"\nresults: {out / 'sweep.json'}, {out / 'sweep.csv'}, {out / 'report.html'}")
+    return winner
+
+
+def parse(argv: list[str]) -> SweepSpec:
     p = argparse.ArgumentParser(prog="specwatch sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_flags(p, DEFAULTS)
+    values = options.from_flags(p.parse_args(argv), DEFAULTS, os.environ)
+    return SweepSpec(**(values | {"param": tuple(values["param"]), "api_key": options.api_key(values)}))
+
+
+def main(argv: list[str]) -> int:
     try:
-        a = options.from_flags(p.parse_args(argv), DEFAULTS, os.environ)
-        todo = plan(a)
-        spec = bench_cmd.BenchSpec(**{k: a[k] for k in BENCH_KEYS}, api_key=options.api_key(a))
+        sw = parse(argv)
+        todo = plan(sw)
     except ConfigError as exc:
         print(f"specwatch sweep: {exc}", file=sys.stderr)
         return 2
-    out = Path(a["out"])
+    out = Path(sw.out)
     (out / "results").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
 
@@ -279,34 +353,17 @@ def main(argv: list[str]) -> int:
     # Ctrl-C / kill -INT must still stop the current server and keep what finished
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    results: list[dict[str, Any]] = []
-    interrupted = False
     try:
-        for name, cfg, launch, url in todo:
-            saved = out / "results" / f"{safe(name)}.json"
-            if saved.exists():
-                print(f"\n=== {name} === (done earlier, skipped)")
-                results.append(orjson.loads(saved.read_bytes()))
-                continue
-            res = run_one(a, dataclasses.replace(spec, server_url=url), name, cfg, launch, out)
-            if res["status"] == "ok":
-                save_json(saved, res)  # resumable: a rerun skips it; failures are retried
-            results.append(res)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\ninterrupted: the current server was stopped; finished configurations are kept", flush=True)
-    load_text = by_load(results, out)
-    _text, winner, base_tps = sweep_report.table(at_level(results, load_sweep.levels(results)[0])
-                                                  if load_sweep.levels(results) else results)
-    advice = explain(results)
-    if load_text:
-        advice = advice + "\n\n" + load_text if advice else load_text
-    save_json(out / "sweep.json", {"configurations": results, "winner": winner["label"] if winner else None,
-                                    "baseline_tokens_per_second": base_tps})
-    sweep_report.write_csv(out / "sweep.csv", results)
-    print(sweep_report.plot(out / "sweep.png", results, base_tps))
-    (out / "report.html").write_text(sweep_report.html(results, winner, base_tps, advice), encoding="utf-8")
-    print(f"\nresults: {out / 'sweep.json'}, {out / 'sweep.csv'}, {out / 'report.html'}")
+        results, interrupted = run_all(sw, todo, out)
+    except AuthError as exc:
+        print(f"specwatch sweep: {options.auth_message(exc, options.key_source(sw.api_key_file, sw.api_key))}",
+              file=sys.stderr)
+        return 2
+    except RecordFileError as exc:
+        print(f"specwatch sweep: a saved result cannot be read ({exc}); remove it to measure it again",
+              file=sys.stderr)
+        return 2
+    winner = write_report(results, out)
     if interrupted:
         return 130
     return 0 if winner is not None else 1

@@ -4,52 +4,61 @@ files it writes."""
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from ..analysis.compare import Margin, margin
+from ..results import ConfigResult, levels, plain_of
+from .format import fmt
 from .svg import Series, line_chart
 
 
-def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, Any] | None, float | None]:
-    ok = [r for r in results if r["status"] == "ok"]
-    # the launched baseline, or (with --targets) the target that does not speculate
-    base = next((r for r in ok if r["label"] == "baseline"), None) or next((r for r in ok if r.get("steps") == 0),
-                                                                          None)
-    base_tps = base["results"]["overall_tokens_per_second"] if base else None
+def winner_of(results: Sequence[ConfigResult]) -> ConfigResult | None:
+    """The finished configuration with the highest tok/s (the seed's measure)."""
+    return max((r for r in results if r.ok), key=lambda r: r.tokens_per_second or 0.0, default=None)
+
+
+def baseline_tps(results: Sequence[ConfigResult]) -> float | None:
+    plain = plain_of(results)
+    return plain.tokens_per_second if plain is not None else None
+
+
+def vs_baseline(r: ConfigResult, base_tps: float | None) -> str:
+    tps = r.tokens_per_second
+    return f"{100 * (tps / base_tps - 1):+.1f}%" if base_tps and tps is not None else "-"
+
+
+def table(results: Sequence[ConfigResult]) -> str:
+    """Accept length and cycle time by ``ConfigResult``'s one rule; ``log acc`` is the log's own value."""
+    base_tps = baseline_tps(results)
     lines = [f"{'configuration':<24}{'tok/s':>8}{'decode':>8}{'accept':>8}{'log acc':>9}{'cycle ms':>10}"
              f"{'vs baseline':>13}"]
     for r in results:
-        if r["status"] != "ok":
-            lines.append(f"{r['label']:<24}  FAILED: {r['error'].splitlines()[0]}")
+        if not r.ok:
+            lines.append(f"{r.label:<24}  FAILED: {(r.error.splitlines() or [''])[0]}")
             continue
-        res = r["results"]
-        al = res.get("accept_length_client") or 1.0
-        cyc = al / res["decode_tokens_per_second"] * 1e3
-        vs = f"{100 * (res['overall_tokens_per_second'] / base_tps - 1):+.1f}%" if base_tps else "-"
-        log_al = f"{r['log_accept_length']:.2f}" if r.get("log_accept_length") else "-"
-        lines.append(f"{r['label']:<24}{res['overall_tokens_per_second']:>8.1f}{res['decode_tokens_per_second']:>8.1f}"
-                     f"{al:>8.2f}{log_al:>9}{cyc:>10.2f}{vs:>13}")
-    winner = max(ok, key=lambda r: r["results"]["overall_tokens_per_second"], default=None)
-    return "\n".join(lines), winner, base_tps
+        cyc = r.cycle_s
+        lines.append(f"{r.label:<24}{fmt(r.tokens_per_second, '.1f'):>8}{fmt(r.decode_tokens_per_second, '.1f'):>8}"
+                     f"{fmt(r.accept_length):>8}{fmt(r.log_accept_length):>9}"
+                     f"{fmt(None if cyc is None else cyc * 1e3):>10}{vs_baseline(r, base_tps):>13}")
+    return "\n".join(lines)
 
 
-def write_csv(path: Path, results: list[dict[str, Any]]) -> None:
+def write_csv(path: Path, results: Sequence[ConfigResult]) -> None:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["configuration", "status", "tokens_per_second", "decode_tokens_per_second", "accept_length",
                     "log_accept_length", "ttft_p50_s", "itl_mean_s", "error"])
         for r in results:
-            res = r.get("results") or {}
-            lat = res.get("latency_seconds", {})
-            w.writerow([r["label"], r["status"], res.get("overall_tokens_per_second"),
-                        res.get("decode_tokens_per_second"), res.get("accept_length_client"),
-                        r.get("log_accept_length"), lat.get("ttft", {}).get("p50"), lat.get("itl", {}).get("mean"),
-                        r.get("error", "")])
+            lat = r.results.latency_seconds if r.results else {}
+            w.writerow([r.label, r.status, r.tokens_per_second, r.decode_tokens_per_second,
+                        r.accept_length if r.ok else None, r.log_accept_length,
+                        lat["ttft"].p50 if "ttft" in lat else None, lat["itl"].mean if "itl" in lat else None,
+                        r.error])
 
 
-def plot(path: Path, results: list[dict[str, Any]], base_tps: float | None) -> str:
+def plot(path: Path, results: Sequence[ConfigResult], base_tps: float | None) -> str:
     try:
         import matplotlib
 
@@ -57,8 +66,7 @@ def plot(path: Path, results: list[dict[str, Any]], base_tps: float | None) -> s
         import matplotlib.pyplot as plt
     except ImportError:
         return "plot skipped: install the plot extra (pip install 'specwatch[plot]')"
-    pts = sorted((r["steps"], r["results"]["overall_tokens_per_second"], r["results"].get("accept_length_client"))
-                 for r in results if r["status"] == "ok" and r.get("steps"))
+    pts = sorted((r.steps, r.tokens_per_second or 0.0, r.accept_length) for r in results if r.ok and r.steps)
     if not pts:
         return "plot skipped: no speculative configuration finished"
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
@@ -80,10 +88,8 @@ def plot(path: Path, results: list[dict[str, Any]], base_tps: float | None) -> s
     return f"plot: {path}"
 
 
-def plot_load(path: Path, results: list[dict[str, Any]]) -> str:
+def plot_load(path: Path, results: Sequence[ConfigResult]) -> str:
     """Per-stream decode tok/s against concurrency, a line per configuration (plain decoding dashed)."""
-    from ..analysis import load_sweep
-
     try:
         import matplotlib
 
@@ -91,17 +97,17 @@ def plot_load(path: Path, results: list[dict[str, Any]]) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "load plot skipped: install the plot extra (pip install 'specwatch[plot]')"
-    levels = load_sweep.levels(results)
-    plain = load_sweep.plain_of(results)
+    cs = levels(results)
+    plain = plain_of(results)
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for r in results:
-        if r.get("status") != "ok":
+        if not r.ok:
             continue
-        pts = [(c, t) for c in levels if (t := load_sweep.stream_tps(r, c))]
+        pts = [(c, t) for c in cs if (t := r.stream_tps(c))]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if r is plain else "o-",
-                color="tab:red" if r is plain else None, label=r["label"] + (" (plain)" if r is plain else ""))
+                color="tab:red" if r is plain else None, label=r.label + (" (plain)" if r is plain else ""))
     ax.set_xscale("log", base=2)
-    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.set_xticks(cs, [str(c) for c in cs])
     ax.set_xlabel("concurrency (streams in flight)")
     ax.set_ylabel("per-stream decode tok/s")
     ax.legend(loc="upper right")
@@ -112,20 +118,13 @@ def plot_load(path: Path, results: list[dict[str, Any]]) -> str:
     return f"load plot: {path}"
 
 
-def per_request_tps(r: dict[str, Any]) -> list[float]:
-    """The seed's per-request tok/s (output tokens / request time) of a finished configuration's runs."""
-    return [x["output_tokens"] / x["service_s"] for x in r.get("runs", [])
-            if x.get("outcome") == "ok" and x.get("service_s")]
-
-
-def winner_margin(results: list[dict[str, Any]], winner: dict[str, Any] | None
-                  ) -> tuple[dict[str, Any] | None, Margin | None]:
-    """The runner-up and the winner's margin over it, with its 95% interval."""
+def winner_margin(results: Sequence[ConfigResult], winner: ConfigResult | None
+                  ) -> tuple[ConfigResult | None, Margin | None]:
+    """The runner-up and the winner's margin over it (per-request tok/s), with its 95% interval."""
     if winner is None:
         return None, None
-    others = [r for r in results if r["status"] == "ok" and r is not winner]
-    runner = max(others, key=lambda r: r["results"]["overall_tokens_per_second"], default=None)
-    return runner, (margin(per_request_tps(winner), per_request_tps(runner)) if runner else None)
+    runner = winner_of([r for r in results if r is not winner])
+    return runner, (margin(winner.per_request_service(), runner.per_request_service()) if runner else None)
 
 
 CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
@@ -136,31 +135,27 @@ svg text{font-size:11px;fill:#444}svg .label{font-size:12px}svg .grid{stroke:#dd
 pre{background:#f6f6f6;padding:12px;overflow:auto}"""
 
 
-def html(results: list[dict[str, Any]], winner: dict[str, Any] | None, base_tps: float | None,
+def html(results: Sequence[ConfigResult], winner: ConfigResult | None, base_tps: float | None,
          advice: str = "") -> str:
     """``report.html``: the table, the winner with its confidence, the plot and the advisor, self-contained."""
     rows = []
     for r in results:
-        if r["status"] != "ok":
-            rows.append(f'<tr class="fail"><td>{escape(r["label"])}</td><td colspan="5">FAILED: '
-                        f'{escape(r.get("error", "").splitlines()[0] if r.get("error") else "")}</td></tr>')
+        if not r.ok:
+            rows.append(f'<tr class="fail"><td>{escape(r.label)}</td><td colspan="5">FAILED: '
+                        f'{escape((r.error.splitlines() or [""])[0])}</td></tr>')
             continue
-        res = r["results"]
-        vs = f"{100 * (res['overall_tokens_per_second'] / base_tps - 1):+.1f}%" if base_tps else "-"
-        al = res.get("accept_length_client")
-        rows.append(f'<tr class="{"win" if r is winner else ""}"><td>{escape(r["label"])}</td>'
-                    f'<td>{res["overall_tokens_per_second"]:.1f}</td><td>{res["decode_tokens_per_second"]:.1f}</td>'
-                    f'<td>{"-" if al is None else f"{al:.2f}"}</td><td>{res["ok"]}</td><td>{vs}</td></tr>')
+        rows.append(f'<tr class="{"win" if r is winner else ""}"><td>{escape(r.label)}</td>'
+                    f'<td>{fmt(r.tokens_per_second, ".1f")}</td><td>{fmt(r.decode_tokens_per_second, ".1f")}</td>'
+                    f'<td>{fmt(r.accept_length, ".2f")}</td><td>{r.results.ok if r.results else 0}</td>'
+                    f'<td>{vs_baseline(r, base_tps)}</td></tr>')
     runner, m = winner_margin(results, winner)
     if winner is None:
         verdict = "no configuration finished"
     else:
-        verdict = (f"winner: <b>{escape(winner['label'])}</b> at "
-                   f"{winner['results']['overall_tokens_per_second']:.1f} tok/s"
-                   + (f", per-request tok/s {escape(m.text())} against {escape(runner['label'])}" if m and runner
+        verdict = (f"winner: <b>{escape(winner.label)}</b> at {fmt(winner.tokens_per_second, '.1f')} tok/s"
+                   + (f", per-request tok/s {escape(m.text())} against {escape(runner.label)}" if m and runner
                       else ""))
-    pts = sorted((r["steps"], r["results"]["overall_tokens_per_second"]) for r in results
-                 if r["status"] == "ok" and r.get("steps"))
+    pts = sorted((r.steps, r.tokens_per_second or 0.0) for r in results if r.ok and r.steps)
     series = [Series("tok/s", [(float(s), t) for s, t in pts])]
     if base_tps and pts:
         series.append(Series(f"baseline {base_tps:.1f}", [(float(pts[0][0]), base_tps), (float(pts[-1][0]),

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..errors import TargetError
+from ..errors import AuthError
 from ..options import redact
 from ..records import Outcome, RequestRecord
 from .h1 import Exchange, Origin, Streams, wait_body
@@ -61,12 +61,11 @@ def make_session(timeouts: Timeouts, access: Access | None = None, streams: int 
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
-    """The decoded body of a 200 answer, else None; ``TargetError`` on 401/403 (the key is wrong or missing,
-    which no retry will mend). Connection errors propagate (the caller decides)."""
+    """The decoded body of a 200 answer, else None; ``AuthError`` on 401/403 (the key is wrong or missing,
+    which no retry will mend: the command names where its key came from). Connection errors propagate."""
     async with session.get(url, allow_redirects=False) as resp:
         if resp.status in (401, 403):
-            raise TargetError(f"{redact(url)} answered HTTP {resp.status}: give the target's API key in "
-                              "SPECWATCH_API_KEY or --api-key-file")
+            raise AuthError(f"{redact(url)} answered HTTP {resp.status}")
         if resp.status != 200:
             return None
         try:

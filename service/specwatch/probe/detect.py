@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from ..errors import TargetError
+from ..errors import AuthError, TargetError
 from .client import get_json
 from .stream import Target
 
@@ -163,11 +163,13 @@ async def wait_for_target(session: aiohttp.ClientSession, name: str, url: str, a
                           on_up: Callable[[str, bool], None], max_delay_s: float = 5.0) -> Target | None:
     """Detect ``url`` until it answers (backing off up to ``max_delay_s``), reporting up/down through ``on_up``.
     With a fixed ``api`` the first failure is enough: the probes themselves will say when it comes up.
-    None when ``stop`` is set first."""
+    None when ``stop`` is set first; ``AuthError`` at once when the target refuses the key."""
     delay = 1.0
     while True:
         try:
             info = await detect(session, url, api)
+        except AuthError:
+            raise  # a wrong or missing key: no retry mends it
         except (*UNREACHABLE, TargetError) as exc:
             on_up(name, False)
             log.warning("target %s (%s) not reachable yet: %s", name, url, exc or type(exc).__name__)

@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
 from ..hdr import hdr_quantiles
+from ..records import LoopLag
 
 PERIOD_S = 0.01
 THRESHOLD_S = 0.001  # lag above this at p99 can distort a millisecond-scale ITL
@@ -80,17 +80,13 @@ class LagMonitor:
         return iv
 
 
-def summary(intervals: list[LagInterval], threshold_s: float = THRESHOLD_S) -> dict[str, Any]:
+def summary(intervals: list[LagInterval], threshold_s: float = THRESHOLD_S) -> LoopLag:
     """The run's lag as the results document reports it (``event_loop_lag``): the worst interval's p99, the
     largest sample, and how many intervals were distorted (with ``--workers``, every worker's intervals)."""
     p99 = [iv.p99_s for iv in intervals if iv.p99_s is not None]
     mx = [iv.max_s for iv in intervals if iv.max_s is not None]
     bad = [iv for iv in intervals if iv.distorted]
-    return {"threshold_ms": threshold_s * 1e3, "intervals": len(intervals), "distorted_intervals": len(bad),
-            "worst_interval_p99_ms": max(p99) * 1e3 if p99 else None, "max_ms": max(mx) * 1e3 if mx else None,
-            "samples": sum(iv.samples for iv in intervals),
-            "distorted_spans_ns": [[iv.start_ns, iv.end_ns] for iv in bad]}
-
-
-def overlapping(spans: list[list[int]], start_ns: int, end_ns: int) -> bool:
-    return any(a < end_ns and start_ns < b for a, b in spans)
+    return LoopLag(threshold_ms=threshold_s * 1e3, intervals=len(intervals), distorted_intervals=len(bad),
+                   worst_interval_p99_ms=max(p99) * 1e3 if p99 else None, max_ms=max(mx) * 1e3 if mx else None,
+                   samples=sum(iv.samples for iv in intervals),
+                   distorted_spans_ns=tuple((iv.start_ns, iv.end_ns) for iv in bad))

@@ -1,0 +1,157 @@
+"""A bounded benchmark run: detection, the load (or its workers) beside the event-loop lag monitor, the
+seed script's per-request lines, and what the run was pointed at. Probe stage: ``BenchSpec`` in, ``RunInfo``
+and the records out; ``bench`` and ``sweep`` analyse them (``analysis.bench_results``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AuthError, TargetError, WorkerError
+from ..records import LoopLag, RequestRecord, RunInfo
+from . import lag as lag_mod
+from . import prompts as prompt_sets
+from .client import Access, Timeouts, make_session, make_streams
+from .detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length
+from .load import Load, LoadPlan, PromptCycle
+from .stream import GenParams, Target
+from .workers import Workers, jobs
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSpec:
+    server_url: str = ""
+    api: str = "auto"
+    max_tokens: int = 500
+    num_runs: int = 5
+    warmup: int = 1
+    concurrency: int = 1
+    rate_per_s: float | None = None
+    poisson: bool = False
+    max_in_flight: int = 256
+    prompts: str | None = None
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0
+    request_timeout_s: float = 600.0
+    api_key: str | None = None  # from SPECWATCH_API_KEY or --api-key-file, never a flag
+    api_key_file: str | None = None
+    ca_file: str | None = None
+    seed: int = 0
+    workers: int = 1
+    tokenizer: str | None = None
+    json: str | None = None
+    records: str | None = None
+    hlog: str | None = None
+
+    @property
+    def plan(self) -> LoadPlan:
+        return LoadPlan(concurrency=self.concurrency, rate_per_s=self.rate_per_s, poisson=self.poisson,
+                        max_in_flight=self.max_in_flight, warmup=self.warmup, requests=self.num_runs,
+                        seed=self.seed)
+
+    def __repr__(self) -> str:
+        return f"BenchSpec(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The options that shape the measurement (not where its outputs go, never a secret)."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in ("json", "records", "hlog", "api_key", "api_key_file")}
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return Timeouts(self.connect_timeout_s, self.read_timeout_s, self.request_timeout_s)
+
+    @property
+    def access(self) -> Access:
+        return Access(self.api_key, self.ca_file)
+
+
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(BenchSpec)}
+
+
+class Printer:
+    """Prints the seed script's per-request lines as records arrive, and keeps the records."""
+
+    def __init__(self, plan: LoadPlan, say: Callable[[str], None]) -> None:
+        self.plan = plan
+        self.say = say
+        self.records: list[RequestRecord] = []
+
+    def __call__(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        if rec.warmup:
+            n = sum(r.warmup for r in self.records)
+            state = f"done ({rec.output_tokens} tokens)" if rec.ok else f"failed ({rec.outcome}: {rec.error})"
+            self.say(f"  Warmup {n}/{self.plan.warmup} {state}" + ("\n" if n == self.plan.warmup else ""))
+            return
+        head = f"  Run {len(self.records) - self.plan.warmup}/{self.plan.requests}:"
+        tps = rec.service_tokens_per_second
+        if rec.ok and tps is not None:
+            self.say(f"{head} {rec.output_tokens} tokens in {rec.service_ns / 1e9:.2f}s = {tps:.1f} tok/s "
+                     f"(prompt: {rec.prompt_tokens} toks)")
+        else:
+            self.say(f"{head} failed ({rec.outcome}: {rec.error})")
+
+
+async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[RunInfo, list[RequestRecord]]:
+    """Run the benchmark, printing the seed script's lines. ``TargetError`` when ``--api auto`` cannot
+    reach or recognise the server, ``AuthError`` when it refuses the key, ``WorkerError`` when a worker died."""
+    plist = prompt_sets.load(spec.prompts) if spec.prompts else prompt_sets.builtin()
+    plan = spec.plan
+    params = GenParams(max_tokens=spec.max_tokens, temperature=spec.temperature, ignore_eos=spec.ignore_eos)
+    printer = Printer(plan, say)
+    async with make_session(spec.timeouts, spec.access) as session:
+        try:
+            info = await detect(session, spec.server_url, spec.api)
+        except AuthError:
+            raise
+        except (*UNREACHABLE, TargetError) as exc:
+            if spec.api == "auto":
+                raise TargetError(f"cannot detect the API of {spec.server_url}: {exc or type(exc).__name__}. "
+                                  "Start the server or pass --api.") from None
+            info = ServerInfo(spec.api)
+        mode = (f"rate={spec.rate_per_s}/s{' poisson' if spec.poisson else ''}" if spec.rate_per_s
+                else f"concurrency={spec.concurrency}")
+        say(f"Benchmarking {spec.server_url} (api {info.api}, {mode})")
+        say(f"  max_tokens={spec.max_tokens}, num_runs={spec.num_runs}, warmup={spec.warmup}\n")
+        target = Target("spec", spec.server_url, info.api, info.model)
+        if spec.workers > 1:
+            workers = Workers(jobs(plan, spec.workers, [target], plist, params, spec.timeouts, spec.access,
+                                   spec.tokenizer is not None))
+            await workers.run(printer, asyncio.Event())
+            if workers.failed:
+                raise WorkerError("probe worker(s) failed, the run is incomplete: " + "; ".join(workers.failed))
+            lag = lag_mod.summary(workers.lag) if workers.lag else LoopLag()
+        else:
+            async with make_streams(plan.max_streams, spec.timeouts, spec.access) as streams:
+                lag = await _measure(Load(streams, PromptCycle(plist, [target]), params, plan, printer,
+                                          asyncio.Event(), spec.timeouts, keep_texts=spec.tokenizer is not None))
+        lifetime = await lifetime_accept_length(session, info, spec.server_url)
+    first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
+    run = RunInfo(server_url=spec.server_url, api=info.api, model=info.model, server_info=info.info,
+                  lifetime_accept_length=lifetime, settings=spec.settings,
+                  start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9, loop_lag=lag)
+    return run, printer.records
+
+
+async def _measure(load: Load) -> LoopLag:
+    """Run the load with the event-loop lag monitor beside it; the lag summary (``event_loop_lag``)."""
+    monitor = lag_mod.LagMonitor(interval_s=1.0)
+    task = asyncio.create_task(monitor.run())
+    try:
+        await load.run()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    monitor.close()
+    return lag_mod.summary(monitor.intervals)
+
+

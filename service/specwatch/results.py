@@ -1,0 +1,253 @@
+"""Offline result records: what ``bench``, ``report`` and ``sweep`` compute, print and write. Imports only
+``records``.
+
+``BenchDoc`` is the ``bench --json`` document; a sweep is a ``SweepDoc`` of ``ConfigResult``s, each holding a
+``LevelResult`` per concurrency. They are written and read by ``codec`` like every other record, so the one
+rule for a derived number (a configuration's accept length, its cycle time, which configuration is plain
+decoding) lives here, as a property, and every consumer (the sweep table, the report, the advisor, the
+schedule) calls it. Times in seconds, rates in tokens per second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .records import LoopLag, RequestRecord
+
+SWEEP_VERSION = 2  # 1: 0.4.0 and before, no version field (same fields; read as they are)
+ConfigStatus = Literal["ok", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """HDR quantiles and mean of one metric over a run (seconds for latencies)."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLag:
+    """``LoopLag`` as the results report it: without the spans, with the requests they touched."""
+
+    threshold_ms: float = 1.0
+    intervals: int = 0
+    distorted_intervals: int = 0
+    worst_interval_p99_ms: float | None = None
+    max_ms: float | None = None
+    samples: int = 0
+    requests_in_distorted_intervals: int = 0
+
+    @classmethod
+    def of(cls, lag: LoopLag, records: Sequence[RequestRecord]) -> ClientLag:
+        hit = sum(1 for r in records if lag.overlaps(r.sent_ns, r.done_ns)) if lag.distorted_spans_ns else 0
+        return cls(lag.threshold_ms, lag.intervals, lag.distorted_intervals, lag.worst_interval_p99_ms,
+                   lag.max_ms, lag.samples, hit)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """One measured phase (a bench run, or one concurrency level of a sweep configuration)."""
+
+    requests: int
+    ok: int
+    overall_tokens_per_second: float | None  # output tokens of ok requests / wall time
+    avg_tokens_per_second: float | None  # the seed's per-request tok/s (output tokens / service time)
+    min_tokens_per_second: float | None
+    max_tokens_per_second: float | None
+    decode_tokens_per_second: float | None  # token-weighted, after each request's first chunk
+    latency_seconds: dict[str, Spread]
+    tokens_per_chunk: Spread
+    accept_length_client: float | None  # (completion - 1) / verify rounds, from the servers' per-request counts
+    accept_length_server_per_request: float | None
+    accept_length_server_lifetime: float | None
+    verify_rounds: int
+    position_acceptance: tuple[float, ...]  # index 0 = draft position 1
+    outcomes: dict[str, int]
+    out_of_range: dict[str, int]
+    approximated_token_counts: int
+    tokens_per_chunk_bound: int | None
+    event_loop_lag: ClientLag = ClientLag()
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """One measured request, as the results document lists it."""
+
+    prompt_id: str
+    domain: str
+    outcome: str
+    status: int | None
+    error: str
+    output_tokens: int
+    prompt_tokens: int
+    service_s: float
+    e2e_s: float
+    schedule_lag_s: float
+    ttft_s: float | None
+    chunks: int
+    decode_tokens_per_second: float | None
+    accept_length: float | None
+    server_accept_length: float | None
+    verify_ct: int | None
+    tokens_exact: bool
+
+    @classmethod
+    def of(cls, r: RequestRecord) -> RunResult:
+        return cls(r.prompt_id, r.domain, r.outcome.value, r.http_status, r.error, r.output_tokens,
+                   r.prompt_tokens, r.service_ns / 1e9, r.e2e_ns / 1e9, r.schedule_lag_ns / 1e9,
+                   None if r.ttft_ns is None else r.ttft_ns / 1e9, len(r.chunk_ns), r.decode_tokens_per_second,
+                   r.accept_length, r.spec.accept_length if r.spec else None,
+                   r.spec.verify_ct if r.spec else None, r.tokens_exact)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "ok"
+
+    @property
+    def service_tokens_per_second(self) -> float | None:
+        """``RequestRecord.service_tokens_per_second`` as written (seconds, not nanoseconds)."""
+        return self.output_tokens / self.service_s if self.service_s > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class DomainResult:
+    ok: int
+    decode_tokens_per_second: float | None
+    accept_length: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class BenchDoc:
+    """The ``bench --json`` / ``report --json`` document."""
+
+    server_url: str
+    api: str
+    model: str
+    server_info: dict[str, Any]  # the server's own answer, as it gave it
+    config: dict[str, Any]  # the bench options, as given (``RunInfo.settings``)
+    results: BenchResult
+    by_domain: dict[str, DomainResult]
+    runs: tuple[RunResult, ...]
+
+    def all_failed(self) -> str | None:
+        """The reasons when every measured request failed, else None."""
+        if self.runs and not any(r.ok for r in self.runs):
+            return "; ".join(sorted({f"{r.outcome}: {r.error}" for r in self.runs})[:3])
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class LevelResult:
+    """A configuration measured at one concurrency."""
+
+    results: BenchResult
+    runs: tuple[RunResult, ...]
+
+    def per_request_decode(self) -> list[float]:
+        return [r.decode_tokens_per_second for r in self.runs if r.ok and r.decode_tokens_per_second]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigResult:
+    """One configuration of a sweep. ``results``/``runs`` are its lowest concurrency's (or, through ``at``,
+    the one a single-level table is printed for); ``by_concurrency`` holds every level measured."""
+
+    label: str
+    params: dict[str, str]
+    started: float  # Unix seconds
+    status: ConfigStatus = "failed"
+    finished: float | None = None
+    error: str = ""
+    command: str | None = None
+    server_info: dict[str, Any] = field(default_factory=dict)
+    steps: int = 0  # draft steps (0: plain decoding)
+    draft_tokens: int = 1  # verify width
+    log_accept_length: float | None = None  # pooled from the server's log lines over the whole configuration
+    log_position_acceptance: tuple[float, ...] = ()
+    results: BenchResult | None = None
+    runs: tuple[RunResult, ...] = ()
+    by_concurrency: dict[int, LevelResult] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.results is not None
+
+    @property
+    def levels(self) -> list[int]:
+        return sorted(self.by_concurrency)
+
+    def at(self, c: int) -> ConfigResult:
+        """This configuration as measured at concurrency ``c`` (itself when it has no such level)."""
+        lvl = self.by_concurrency.get(c)
+        return self if lvl is None else replace(self, results=lvl.results, runs=lvl.runs)
+
+    @property
+    def accept_length(self) -> float | None:
+        """The one rule: the client's count (per-request verify rounds) where the server gave one; else, for a
+        speculative configuration, the server log's pooled value; plain decoding accepts 1 token a round; None
+        when a speculative configuration's accept length is known from neither."""
+        client = self.results.accept_length_client if self.results else None
+        if client is not None:
+            return client
+        return self.log_accept_length if self.steps else 1.0
+
+    @property
+    def position_acceptance(self) -> tuple[float, ...]:
+        """SGLang: the probe's per-request histograms; vLLM: the per-position rates of its log lines."""
+        return (self.results.position_acceptance if self.results else ()) or self.log_position_acceptance
+
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        """Per-stream decode tok/s (tokens after the first ÷ first → last token)."""
+        return self.results.decode_tokens_per_second if self.results else None
+
+    @property
+    def cycle_s(self) -> float | None:
+        """One verify round: accept length ÷ per-stream decode tok/s."""
+        al, tps = self.accept_length, self.decode_tokens_per_second
+        return al / tps if al is not None and tps else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.results.overall_tokens_per_second if self.results else None
+
+    def stream_tps(self, c: int) -> float | None:
+        """Per-stream decode tok/s at concurrency ``c`` (None where not measured)."""
+        lvl = self.by_concurrency.get(c)
+        return lvl.results.decode_tokens_per_second if lvl is not None else None
+
+    def per_request(self, c: int) -> list[float]:
+        """Per-request decode tok/s of the ok runs at concurrency ``c``."""
+        lvl = self.by_concurrency.get(c)
+        return lvl.per_request_decode() if lvl is not None else []
+
+    def per_request_service(self) -> list[float]:
+        """The seed's per-request tok/s of the ok runs."""
+        return [t for r in self.runs if r.ok and (t := r.service_tokens_per_second)]
+
+
+def plain_of(configs: Sequence[ConfigResult]) -> ConfigResult | None:
+    """The plain-decoding configuration: the launched baseline, or (``--targets``) a finished one that does not
+    speculate."""
+    ok = [c for c in configs if c.ok]
+    return next((c for c in ok if c.label == "baseline"), None) or next((c for c in ok if c.steps == 0), None)
+
+
+def levels(configs: Sequence[ConfigResult]) -> list[int]:
+    """Every concurrency some finished configuration was measured at."""
+    return sorted({c for r in configs if r.ok for c in r.by_concurrency})
+
+
+@dataclass(frozen=True, slots=True)
+class SweepDoc:
+    """``sweep.json``."""
+
+    configurations: tuple[ConfigResult, ...]
+    winner: str | None
+    baseline_tokens_per_second: float | None
+    version: int = SWEEP_VERSION
