@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from common import free_port
-from specwatch.commands.launch import Server, wait_ready
-from specwatch.commands.run import Daemon
 from specwatch.config import Config
+from specwatch.daemon import Daemon
+from specwatch.launch import Server, wait_ready
 
 WARMUP_MARK = 10_000
 

@@ -111,7 +111,8 @@ def word_tokenizer(path: str) -> str:
 
 async def specwatch_bench(url: str, api: str, streams: int, requests: int, tokens: int, workers: int,
                           tokenizer: bool = False) -> dict:
-    from specwatch.commands.bench import BenchSpec, bench
+    from specwatch.commands.bench import bench
+    from specwatch.probe.bounded import BenchSpec
 
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "bench.json")

@@ -6,8 +6,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from specwatch.commands.launch import Server, wait_ready
 from specwatch.errors import LaunchError
+from specwatch.launch import Server, wait_ready
 
 pytestmark = pytest.mark.integration
 

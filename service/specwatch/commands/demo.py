@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 
 from .. import config as config_mod
+from ..daemon import Daemon
 from ..errors import ConfigError, LaunchError
-from .launch import Server, wait_ready
-from .run import Daemon
+from ..launch import Server, wait_ready
 
 
 def main(argv: list[str]) -> int:

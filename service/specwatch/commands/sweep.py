@@ -37,12 +37,12 @@ from ..analysis.bench_results import analyse
 from ..analysis.server_log import SamplePool
 from ..errors import AuthError, ConfigError, LaunchError, RecordFileError, TargetError, WorkerError
 from ..export import bench_report, sweep_report
+from ..launch import Server, wait_ready
 from ..probe.bounded import BenchSpec, collect
 from ..probe.detect import speculation_of
 from ..records import RunInfo
 from ..results import ConfigResult, LevelResult, SweepDoc, levels
 from ..server.logparse import parse_line
-from .launch import Server, wait_ready
 
 
 @dataclass(frozen=True, slots=True)

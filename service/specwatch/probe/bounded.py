@@ -16,7 +16,7 @@ from ..errors import AuthError, TargetError, WorkerError
 from ..records import LoopLag, RequestRecord, RunInfo
 from . import lag as lag_mod
 from . import prompts as prompt_sets
-from .client import Access, Timeouts, make_session, make_streams
+from .client import Access, StreamTransport, Timeouts, make_session, make_streams
 from .detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length
 from .load import Load, LoadPlan, PromptCycle
 from .stream import GenParams, Target
@@ -132,7 +132,7 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
             lag = lag_mod.summary(workers.lag) if workers.lag else LoopLag()
         else:
             async with make_streams(plan.max_streams, spec.timeouts, spec.access) as streams:
-                lag = await _measure(Load(streams, PromptCycle(plist, [target]), params, plan, printer,
+                lag = await _measure(Load(StreamTransport(streams), PromptCycle(plist, [target]), params, plan, printer,
                                           asyncio.Event(), spec.timeouts, keep_texts=spec.tokenizer is not None))
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())

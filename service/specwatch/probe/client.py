@@ -115,6 +115,16 @@ class _Watchdog:
             self.handle.cancel()
 
 
+@dataclass(frozen=True, slots=True)
+class StreamTransport:
+    """The real ``load.Transport``: ``execute`` over an ``h1.Streams`` pool."""
+
+    streams: Streams
+
+    async def execute(self, attempt: Attempt, params: GenParams, limits: Timeouts) -> RequestRecord:
+        return await execute(self.streams, attempt, params, limits)
+
+
 async def execute(streams: Streams, attempt: Attempt, params: GenParams, limits: Timeouts = Timeouts()
                   ) -> RequestRecord:
     """Stream one request on ``streams``; every outcome is a record (``CancelledError`` propagates)."""

@@ -21,19 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from .. import __version__
-from ..errors import SSEError, StreamError
+from ..errors import StreamError
 from ..options import redact
 from ..records import Outcome
+from .h1parse import ResponseParser
 from .sse import SSEParser
 from .stream import Attempt
 
-MAX_HEAD_BYTES = 64 * 1024
+log = logging.getLogger("specwatch")
 MAX_SNIPPET = 200
 USER_AGENT = f"specwatch/{__version__}"
 
@@ -63,27 +65,23 @@ class Origin:
         return host if self.port == default else f"{host}:{self.port}"
 
 
-HEAD, SIZE, DATA, DATA_CRLF, TRAILER, LENGTH, UNTIL_CLOSE, COMPLETE = range(8)
-
-
 class Exchange:
-    """One request's response, parsed as it arrives. ``done`` resolves with None (the stream finished:
-    ``[DONE]`` or its body ended after one) or a ``Failure``; ``complete`` says the body was read to its
-    end, so the connection may carry another request."""
+    """One request's response, parsed as it arrives (framing by ``h1parse.ResponseParser``, whose sink this
+    is; SSE events to the ``Attempt``). ``done`` resolves with None (the stream finished: ``[DONE]`` or its
+    body ended after one) or a ``Failure``; ``complete`` says the body was read to its end, so the connection
+    may carry another request."""
 
-    __slots__ = ("_buf", "_left", "_location", "_snippet", "_sse", "attempt", "bytes_ns", "done", "ended",
-                 "keep_alive", "seen", "state", "status", "when_ns")
+    __slots__ = ("_location", "_snippet", "_sse", "attempt", "bytes_ns", "done", "ended", "keep_alive", "parser",
+                 "seen", "status", "when_ns")
 
     def __init__(self, attempt: Attempt, loop: asyncio.AbstractEventLoop) -> None:
         self.attempt = attempt
         self.done: asyncio.Future[Failure | None] = loop.create_future()
         self.ended: asyncio.Future[None] = loop.create_future()  # the body was read to its end, or lost
-        self.state = HEAD
+        self.parser = ResponseParser(self)
         self._location = ""
         self.status = 0
         self.keep_alive = True
-        self._buf = b""
-        self._left = 0
         self._snippet = b""
         self._sse = SSEParser()
         self.bytes_ns = 0  # the last arrival of any byte
@@ -92,7 +90,7 @@ class Exchange:
 
     @property
     def complete(self) -> bool:
-        return self.state == COMPLETE
+        return self.parser.complete and not self.parser.extra
 
     def resolve(self, result: Failure | None) -> None:
         if not self.done.done():
@@ -105,125 +103,29 @@ class Exchange:
 
     # ---- bytes in ---------------------------------------------------------------------------------
     def feed(self, data: bytes, now: int) -> None:
+        """The per-request boundary: whatever these bytes do, it ends this exchange, never another stream's."""
         self.bytes_ns = now
         self.seen = True
         try:
-            self._feed(data, now)
-        except (StreamError, SSEError) as exc:
-            self.fail(Outcome.STREAM_ERROR, str(exc), self.status or None)
+            self.parser.feed(data)
+        except StreamError as exc:  # SSEError included
+            self._broken(str(exc))
+        except Exception as exc:  # a bug in parsing this stream: its outcome, and loudly in the log
+            log.exception("parsing a response failed")
+            self._broken(f"unparseable response ({type(exc).__name__})")
 
-    def _feed(self, data: bytes, now: int) -> None:
-        buf = self._buf + data if self._buf else data
-        self._buf = b""
-        pos, n = 0, len(buf)
-        while pos < n:
-            st = self.state
-            if st == DATA:
-                take = min(self._left, n - pos)
-                self._body(buf[pos:pos + take] if take < n else buf, now)
-                pos += take
-                self._left -= take
-                if self._left == 0:
-                    self.state = DATA_CRLF
-            elif st == SIZE:
-                end = buf.find(b"\r\n", pos)
-                if end < 0:
-                    self._keep(buf, pos, 1024, "a chunk size line")
-                    return
-                size_field = buf[pos:end].split(b";", 1)[0].strip()
-                try:
-                    size = int(size_field, 16)
-                except ValueError:
-                    raise StreamError(f"malformed chunk size {size_field[:20]!r}") from None
-                pos = end + 2
-                if size == 0:
-                    self.state = TRAILER
-                elif n - pos >= size + 2 and buf[pos + size:pos + size + 2] == b"\r\n":  # the whole chunk is here
-                    self._body(buf[pos:pos + size], now)
-                    pos += size + 2
-                else:
-                    self._left = size
-                    self.state = DATA
-            elif st == DATA_CRLF:
-                if n - pos < 2:
-                    self._keep(buf, pos, 2, "")
-                    return
-                if buf[pos:pos + 2] != b"\r\n":
-                    raise StreamError("a chunk did not end with CRLF")
-                pos += 2
-                self.state = SIZE
-            elif st == LENGTH:
-                take = min(self._left, n - pos)
-                self._body(buf[pos:pos + take], now)
-                pos += take
-                self._left -= take
-                if self._left == 0:
-                    self._end(now)
-            elif st == UNTIL_CLOSE:
-                self._body(buf[pos:], now)
-                return
-            elif st == HEAD:
-                end = buf.find(b"\r\n\r\n", pos)
-                if end < 0:
-                    self._keep(buf, pos, MAX_HEAD_BYTES, "the response head")
-                    return
-                self._head(buf[pos:end])
-                pos = end + 4
-                if self.state == COMPLETE:
-                    self._end(now)
-            elif st == TRAILER:  # trailer fields, if any, then the empty line that ends the body
-                end = buf.find(b"\r\n", pos)
-                if end < 0:
-                    self._keep(buf, pos, MAX_HEAD_BYTES, "the trailer")
-                    return
-                empty = end == pos
-                pos = end + 2
-                if empty:
-                    self._end(now)
-            else:  # COMPLETE: bytes after the response end are not ours
-                self.keep_alive = False
-                return
+    def _broken(self, why: str) -> None:
+        self.fail(Outcome.STREAM_ERROR, why, self.status or None)
+        if not self.ended.done():
+            self.ended.set_result(None)  # nothing more is read from this connection
 
-    def _keep(self, buf: bytes, pos: int, limit: int, what: str) -> None:
-        rest = buf[pos:]
-        if len(rest) > limit:
-            raise StreamError(f"{what} exceeded {limit} bytes")
-        self._buf = rest
-
-    def _head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise StreamError(f"not an HTTP/1.1 response: {lines[0][:60]!r}")
-        self.status = int(parts[1])
-        chunked, length, close = False, None, parts[0] == b"HTTP/1.0"
-        location = ""
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            value = value.strip()
-            if name == b"transfer-encoding":
-                chunked = value.lower().endswith(b"chunked")
-            elif name == b"content-length":
-                if not value.isdigit():
-                    raise StreamError(f"malformed Content-Length {value[:20]!r}")
-                length = int(value)
-            elif name == b"connection":
-                close = value.lower() == b"close" or (close and value.lower() != b"keep-alive")
-            elif name == b"location":
-                location = value.decode("latin-1")
-        self.keep_alive = not close
-        if chunked:
-            self.state = SIZE
-        elif length is not None:
-            self._left = length
-            self.state = LENGTH if length else COMPLETE
-        else:
-            self.state = UNTIL_CLOSE
-            self.keep_alive = False
+    # ---- the parser's sink ------------------------------------------------------------------------
+    def on_head(self, status: int, keep_alive: bool, location: str) -> None:
+        self.status = status
+        self.keep_alive = keep_alive
         self._location = location
 
-    def _body(self, piece: bytes, now: int) -> None:
+    def on_body(self, piece: bytes) -> None:
         if self.status != 200:
             self._snippet += piece[:MAX_SNIPPET - len(self._snippet)]
             if len(self._snippet) >= MAX_SNIPPET:
@@ -231,7 +133,7 @@ class Exchange:
             return
         if self.done.done():
             return  # after [DONE] or a failure: read to the end, keep nothing
-        attempt = self.attempt
+        attempt, now = self.attempt, self.bytes_ns
         for ev in self._sse.feed(piece):
             if attempt.handle(ev.data, now):
                 self.resolve(None)
@@ -244,9 +146,8 @@ class Exchange:
         where = f" to {redact(self._location)}" if 300 <= self.status < 400 else ""
         self.fail(Outcome.HTTP_ERROR, f"HTTP {self.status}{where}: {text}", self.status)
 
-    def _end(self, now: int) -> None:
-        """The body ended (its length read, or the last chunk and trailer)."""
-        self.state = COMPLETE
+    def on_end(self) -> None:
+        """The body ended (its length read, the last chunk and trailer, or the close of a close-delimited one)."""
         if not self.ended.done():
             self.ended.set_result(None)
         if self.status != 200:
@@ -254,7 +155,7 @@ class Exchange:
             return
         if not self.done.done():
             for ev in self._sse.close():
-                if self.attempt.handle(ev.data, now):
+                if self.attempt.handle(ev.data, self.bytes_ns):
                     self.resolve(None)
                     return
             self.fail(Outcome.STREAM_ERROR, "stream ended without [DONE]", 200)
@@ -262,11 +163,14 @@ class Exchange:
     def lost(self, exc: Exception | None) -> None:
         """The connection closed: the end of a close-delimited body, or a loss."""
         self.keep_alive = False
+        try:
+            ended = self.parser.close()
+        except StreamError as err:  # the last event of a close-delimited body is itself broken
+            self._broken(str(err))
+            return
         if not self.ended.done():
             self.ended.set_result(None)
-        if self.state == UNTIL_CLOSE:
-            self._end(time.monotonic_ns())
-        elif self.state != COMPLETE and not self.done.done():
+        if not ended and not self.done.done():
             why = f"{type(exc).__name__}: {exc}" if exc else "the server closed the connection"
             self.fail(Outcome.STREAM_ERROR, f"connection lost mid-stream: {why}", self.status or None)
 

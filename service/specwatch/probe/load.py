@@ -13,15 +13,24 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..records import Outcome, RequestRecord
-from .client import Timeouts, execute
-from .h1 import Streams
+from .client import Timeouts
 from .prompts import Prompt
 from .schedule import make_pacer
 from .stream import Attempt, GenParams, Target
 
 Sink = Callable[[RequestRecord], None]
+
+
+class Transport(Protocol):
+    """The one seam between the load and the network: one attempt in, its record out, every outcome a
+    record (``CancelledError`` propagates). ``client.StreamTransport`` is the real one; tests use a fake."""
+
+    async def execute(self, attempt: Attempt, params: GenParams, limits: Timeouts) -> RequestRecord: ...
+
+
 FAILURE_BACKOFF_S = 1.0  # closed loop: a failed request (server down) is not retried in a tight loop
 
 
@@ -56,7 +65,7 @@ class PromptCycle:
 class Load:
     """One load run: what to send, how, where the records go, and when to stop."""
 
-    streams: Streams
+    transport: Transport
     cycle: PromptCycle
     params: GenParams
     plan: LoadPlan
@@ -84,7 +93,7 @@ class Load:
         self.in_flight[0] += 1
         mine = self.in_flight[0]  # the probe's own concurrency as it was sent, itself included
         try:
-            rec = await execute(self.streams, attempt, self.params, self.limits)
+            rec = await self.transport.execute(attempt, self.params, self.limits)
         except asyncio.CancelledError:
             self.sink(dataclasses.replace(attempt.finish(Outcome.CANCELLED, time.monotonic_ns(),
                                                          "cancelled at shutdown"), probe_concurrency=mine))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from ..records import RequestRecord
-from .client import Access, Timeouts, make_streams
+from .client import Access, StreamTransport, Timeouts, make_streams
 from .lag import LagInterval, LagMonitor
 from .load import Load, LoadPlan, PromptCycle
 from .prompts import Prompt
@@ -123,8 +123,8 @@ async def _work(conn: Connection, stop_conn: Connection, job: Job) -> None:
     async with make_streams(job.plan.max_streams, job.timeouts, job.access) as streams:
         helpers = [asyncio.create_task(monitor.run()), asyncio.create_task(flusher())]
         try:
-            await Load(streams, PromptCycle(job.prompts, job.targets), job.params, job.plan, batch.append, stop,
-                       job.timeouts, keep_texts=job.keep_texts).run()
+            await Load(StreamTransport(streams), PromptCycle(job.prompts, job.targets), job.params, job.plan,
+                       batch.append, stop, job.timeouts, keep_texts=job.keep_texts).run()
         finally:
             for t in helpers:
                 t.cancel()

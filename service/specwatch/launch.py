@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ..errors import LaunchError
+from .errors import LaunchError
 
 TAIL_LINES = 15
 READY_PATHS = ("/health_generate", "/health")
