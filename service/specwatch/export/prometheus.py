@@ -25,6 +25,7 @@ from .. import __version__
 from ..analysis.baseline import STATUSES as BASELINE_STATUSES
 from ..analysis.by_load import LoadVerdict
 from ..analysis.verdict import Verdict
+from ..probe.lag import LagInterval
 from ..recorder.load import LOAD_BUCKETS
 from ..recorder.observations import Observations
 from ..recorder.stats import HDR_METRICS
@@ -252,6 +253,28 @@ class Exporter:
                              (self.breakeven, v.breakeven_accept_length),
                              (self.below, None if v.below_baseline is None else float(v.below_baseline))):
             _set(gauge, value)
+
+    def set_target_up(self, target: str, up: bool) -> None:
+        self.target_up.labels(target).set(1 if up else 0)
+
+    def set_metrics_up(self, up: bool) -> None:
+        self.srv_metrics_up.set(1 if up else 0)
+
+    def set_fixed_baseline(self, tokens_per_second: float | None) -> None:
+        _set(self.baseline, tokens_per_second)
+
+    def set_lag(self, iv: LagInterval) -> None:
+        self.loop_lag.set(iv.max_s or 0.0)
+        self.loop_lag_p99.set(iv.p99_s or 0.0)
+        self.distorted.set(1 if iv.distorted else 0)
+        if iv.distorted:
+            self.distorted_intervals.inc()
+
+    def count_hlog_error(self) -> None:
+        self.hlog_errors.inc()
+
+    def set_tick_seconds(self, seconds: float) -> None:
+        self.tick_seconds.set(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
