@@ -21,7 +21,7 @@ from pathlib import Path
 
 from common import free_port
 from specwatch.config import Config
-from specwatch.daemon import Daemon
+from specwatch.daemon import Daemon, serve
 from specwatch.launch import Server, wait_ready
 
 WARMUP_MARK = 10_000
@@ -80,7 +80,7 @@ async def main(total: int) -> int:
                     await asyncio.sleep(0.05)
 
             watcher = asyncio.create_task(watch())
-            await d.main()
+            await serve(d)
             await watcher
     finally:
         sim.stop(5.0)

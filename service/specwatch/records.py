@@ -135,6 +135,11 @@ class ServerSample:
     position_acceptance: tuple[float, ...] = ()  # index 0 = draft position 1
     iteration: int | None = None
 
+    @property
+    def is_decode(self) -> bool:
+        """Prefill lines report neither decode throughput nor the decode batch: they never count as load."""
+        return self.source != "sglang_prefill"
+
 
 @dataclass(frozen=True, slots=True)
 class LoopLag:
@@ -165,6 +170,21 @@ class RunInfo:
     settings: dict[str, Any] = field(default_factory=dict)  # the bench options, as given
     start_wall_s: float | None = None  # Unix time of the first send: labels a replay's .hlog like the run's
     loop_lag: LoopLag = LoopLag()  # the client's own event-loop lag
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHealth:
+    """Self-health of the log source, the scrape and the recorder, as exported at scrape time."""
+
+    configured: bool = False  # a log source (file, command or stdin) is configured
+    up: bool = False
+    restarts: int = 0  # file reopenings or command restarts
+    last_error: str = ""
+    lines: dict[str, int] = field(default_factory=dict)  # by LOG_RESULTS
+    skipped: dict[str, int] = field(default_factory=dict)  # by SKIP_REASONS
+    last_sample_unix_s: float = 0.0  # 0 before the first parsed sample
+    scrape_rejected: int = 0  # values refused in the server's /metrics
+    out_of_range: dict[str, int] = field(default_factory=dict)  # HDR values out of range, by metric
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,17 @@ class BaselineCurve:
                            for p in self.points], "source": self.source}
 
 
+def baseline_at(curve: BaselineCurve | None, ab: bool, load: float | None) -> BaselineAt:
+    """The baseline the verdict compares with at ``load``: an A/B baseline server (it serves only the probes, so
+    it runs at one stream and its tok/s comes from its own window), else the curve at the load (at one stream
+    when the load is unknown: the idle comparison), else none."""
+    if ab:
+        return BaselineAt(None, "ab", 1.0)
+    if curve is not None:
+        return curve.at(load if load is not None else 1.0)
+    return BaselineAt(None, "none", None)
+
+
 def _interp(a: CurvePoint, b: CurvePoint, load: float) -> float:
     if a.running <= 0 or b.running <= 0 or math.isclose(a.running, b.running):
         return a.tokens_per_second

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from .. import config as config_mod
-from ..daemon import Daemon
+from ..daemon import Daemon, serve
 from ..errors import ConfigError, LaunchError
 from ..launch import Server, wait_ready
 
@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
         async def run() -> int:
             if a.duration > 0:
                 asyncio.get_running_loop().call_later(a.duration, daemon.stop.set)
-            return await daemon.main()
+            return await serve(daemon)
 
         return int(uvloop.run(run()))
     except (LaunchError, ConfigError) as exc:

@@ -8,7 +8,7 @@ import sys
 
 from .. import config as config_mod
 from .. import options
-from ..daemon import Daemon, log
+from ..daemon import Daemon, log, serve
 from ..errors import AuthError, ConfigError
 from ..probe import prompts as prompt_sets
 
@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     import uvloop
 
     try:
-        return int(uvloop.run(daemon.main()))
+        return int(uvloop.run(serve(daemon)))
     except OSError as exc:
         print(f"specwatch run: {exc}", file=sys.stderr)
         return 1

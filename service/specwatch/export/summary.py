@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from ..analysis.by_load import LoadVerdict
 from ..analysis.verdict import Verdict
 from ..probe.lag import LagInterval
-from ..records import ProbeWindow, ServerSample, ServerWindow
-from ..server.ingest import LogIngest
-from ..server.logtail import SourceState
+from ..records import ProbeWindow, ServerSample, ServerWindow, SourceHealth
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +53,9 @@ class Summary:
     client_lag: LagInterval | None = None  # the daemon's own event-loop lag over the last interval
 
 
-def log_state(source: str | None, state: SourceState | None, ingest: LogIngest) -> LogState:
-    last = ingest.last_sample_wall
-    return LogState(source=source, up=bool(state and state.up), error=state.last_error if state else "",
-                    lines=dict(ingest.counts), skipped=dict(state.skipped) if state else {},
+def log_state(source: str | None, h: SourceHealth) -> LogState:
+    last = h.last_sample_unix_s
+    return LogState(source=source, up=h.up, error=h.last_error, lines=dict(h.lines), skipped=dict(h.skipped),
                     last_sample_age_s=round(time.time() - last, 1) if last else None)
 
 

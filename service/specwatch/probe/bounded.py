@@ -12,15 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AuthError, TargetError, WorkerError
+from ..errors import AuthError, TargetError
 from ..records import LoopLag, RequestRecord, RunInfo
 from . import lag as lag_mod
 from . import prompts as prompt_sets
-from .client import Access, StreamTransport, Timeouts, make_session, make_streams
+from .client import Access, Timeouts, make_session
 from .detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length
-from .load import Load, LoadPlan, PromptCycle
+from .load import LoadPlan
+from .runner import ProbeSetup, run_probes
 from .stream import GenParams, Target
-from .workers import Workers, jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,36 +122,13 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
                 else f"concurrency={spec.concurrency}")
         say(f"Benchmarking {spec.server_url} (api {info.api}, {mode})")
         say(f"  max_tokens={spec.max_tokens}, num_runs={spec.num_runs}, warmup={spec.warmup}\n")
-        target = Target("spec", spec.server_url, info.api, info.model)
-        if spec.workers > 1:
-            workers = Workers(jobs(plan, spec.workers, [target], plist, params, spec.timeouts, spec.access,
-                                   spec.tokenizer is not None))
-            await workers.run(printer, asyncio.Event())
-            if workers.failed:
-                raise WorkerError("probe worker(s) failed, the run is incomplete: " + "; ".join(workers.failed))
-            lag = lag_mod.summary(workers.lag) if workers.lag else LoopLag()
-        else:
-            async with make_streams(plan.max_streams, spec.timeouts, spec.access) as streams:
-                lag = await _measure(Load(StreamTransport(streams), PromptCycle(plist, [target]), params, plan, printer,
-                                          asyncio.Event(), spec.timeouts, keep_texts=spec.tokenizer is not None))
+        setup = ProbeSetup(plan, [Target("spec", spec.server_url, info.api, info.model)], plist, params,
+                           spec.timeouts, spec.access, spec.workers, spec.tokenizer is not None)
+        intervals = await run_probes(setup, printer, asyncio.Event(), lag_mod.LagMonitor(interval_s=1.0))
+        lag = lag_mod.summary(intervals) if intervals else LoopLag()
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
     run = RunInfo(server_url=spec.server_url, api=info.api, model=info.model, server_info=info.info,
                   lifetime_accept_length=lifetime, settings=spec.settings,
                   start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9, loop_lag=lag)
     return run, printer.records
-
-
-async def _measure(load: Load) -> LoopLag:
-    """Run the load with the event-loop lag monitor beside it; the lag summary (``event_loop_lag``)."""
-    monitor = lag_mod.LagMonitor(interval_s=1.0)
-    task = asyncio.create_task(monitor.run())
-    try:
-        await load.run()
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    monitor.close()
-    return lag_mod.summary(monitor.intervals)
-
-

@@ -41,7 +41,7 @@ class SampleWindows:
         self.last: dict[str, ServerSample] = {}  # per ServerSample.source
         self.windows: dict[int, ServerWindow] = {}
 
-    def record(self, sample: ServerSample, now_s: float) -> None:
+    def record(self, sample: ServerSample) -> None:
         self.last[sample.source] = sample
         if sample.accept_length is not None or sample.gen_throughput is not None:
             self._open.add(sample)
