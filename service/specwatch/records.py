@@ -32,6 +32,12 @@ SAMPLE_SOURCES = ("sglang_decode", "sglang_prefill", "vllm_spec", "vllm_engine",
 SAMPLE_CHANNELS = ("log", "scrape")  # how a server sample reached us (the ``source`` label of server gauges)
 LATENCY_METRICS = ("ttft", "itl", "inter_chunk", "e2e", "service", "schedule_lag")
 QUANTILES = (0.5, 0.9, 0.99)
+MAX_ACCEPT_LENGTH = 64  # no draft is longer: an accept length, a draft position or k beyond it is garbage
+
+
+def vllm_accept_length(accepted_tokens: float, drafts: float) -> float | None:
+    """vLLM's mean acceptance length: 1 + accepted draft tokens / drafts (None before the first draft)."""
+    return 1.0 + accepted_tokens / drafts if drafts > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +116,16 @@ class RequestRecord:
         return self.decode_tokens * 1e9 / d if d > 0 else None
 
     @property
+    def spec_tokens(self) -> int:
+        """Tokens the verify rounds produced: all but the first, which prefill made."""
+        return self.output_tokens - 1
+
+    @property
     def accept_length(self) -> float | None:
         """Client-side accept length: (completion_tokens - 1) / spec_verify_ct."""
         if self.spec is None or self.spec.verify_ct <= 0:
             return None
-        return (self.output_tokens - 1) / self.spec.verify_ct
+        return self.spec_tokens / self.spec.verify_ct
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,11 +173,12 @@ def test_a_well_formed_response_decodes_the_same_however_it_is_split(resp, cuts)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.binary(min_size=1, max_size=64))
+@given(st.binary(min_size=1, max_size=64).filter(lambda b: b"\n" not in b and b"\r" not in b))
 def test_a_mutated_chunk_size_line_is_decoded_or_refused_never_negative(size_line):
     data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + size_line + b"\r\n" + b"x" * 64 + b"\r\n0\r\n\r\n"
     try:
         rec, _ = parse(data)
     except StreamError:
         return
-    assert len(rec.body) <= 64
+    start = data.index(b"\r\n\r\n") + 4 + len(size_line) + 2
+    assert data[start:start + len(rec.body)] == rec.body  # read forward, once: never backwards, never again

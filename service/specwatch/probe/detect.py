@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from ..errors import AuthError, TargetError
+from ..records import MAX_ACCEPT_LENGTH, vllm_accept_length
 from .client import get_json
 from .stream import Target
 
@@ -38,7 +39,6 @@ VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 MAX_METRICS_BYTES = 8 * 1024 * 1024
-MAX_POSITIONS = 64
 
 
 def vllm_speculation(text: str) -> tuple[int, float | None]:
@@ -59,14 +59,14 @@ def vllm_speculation(text: str) -> tuple[int, float | None]:
             continue
         if name == VLLM_PER_POS:
             m = re.search(r'position="(\d{1,3})"', rest)
-            if m and int(m.group(1)) < MAX_POSITIONS:
+            if m and int(m.group(1)) < MAX_ACCEPT_LENGTH:
                 positions.add(int(m.group(1)))
         elif name == VLLM_DRAFTS:
             drafts += v
         elif name == VLLM_ACCEPTED:
             accepted += v
     k = max(positions) + 1 if positions else 0
-    return k, (1.0 + accepted / drafts if drafts > 0 else None)
+    return k, vllm_accept_length(accepted, drafts)
 
 
 async def get_text(session: aiohttp.ClientSession, url: str) -> str | None:

@@ -160,18 +160,12 @@ class ResponseParser:
         return len(buf)
 
     def _head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        if len(lines) > MAX_HEADERS + 1:
-            raise StreamError(f"more than {MAX_HEADERS} header lines")
-        status, http10 = status_line(lines[0])
-        if 100 <= status < 200:
-            if status == 101:
-                raise StreamError("HTTP 101: the server switched protocols, which no probe asked for")
+        status, f = parse_head(head)
+        if f is None:
             self._interim += 1
             if self._interim > MAX_INTERIM:
                 raise StreamError(f"more than {MAX_INTERIM} interim (1xx) responses")
             return  # interim: the final response's head follows
-        f = Framing.of(lines[1:], http10, status)
         self.status = status
         self.keep_alive = not f.close
         if status in NO_BODY:
@@ -189,6 +183,19 @@ class ResponseParser:
     def _end(self) -> None:
         self.state = COMPLETE
         self.sink.on_end()
+
+
+def parse_head(head: bytes) -> tuple[int, Framing | None]:
+    """The status and framing of a response head (without its blank line); no framing for an interim 1xx."""
+    lines = head.split(b"\r\n")
+    if len(lines) > MAX_HEADERS + 1:
+        raise StreamError(f"more than {MAX_HEADERS} header lines")
+    status, http10 = status_line(lines[0])
+    if status == 101:
+        raise StreamError("HTTP 101: the server switched protocols, which no probe asked for")
+    if 100 <= status < 200:
+        return status, None
+    return status, Framing.of(lines[1:], http10, status)
 
 
 def status_line(line: bytes) -> tuple[int, bool]:

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from ..errors import StreamError
-from ..records import Outcome, RequestRecord, SpecStats
+from ..records import MAX_ACCEPT_LENGTH, Outcome, RequestRecord, SpecStats
 from .prompts import Prompt
 from .tokens import by_length, chunk_bound
 
@@ -61,7 +61,6 @@ def build_payload(target: Target, prompt: Prompt, params: GenParams) -> dict[str
     return body
 
 
-MAX_ACCEPT_LENGTH = 64.0
 
 
 def _spec_from_meta(meta: dict[str, Any], completion_tokens: int) -> SpecStats | None:

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
 from ..records import RequestRecord
 from .client import Access, StreamTransport, Timeouts, make_streams
@@ -142,15 +143,14 @@ class Workers:
         self.lag: list[LagInterval] = []  # every finished worker's event-loop lag intervals
         self.failed: list[str] = []  # workers that died: their unsent records are lost
 
-    async def run(self, sink: Callable[[RequestRecord], None], stop: asyncio.Event) -> None:
-        """Start the workers, feed every record to ``sink`` on this loop, return when all have finished
-        (``stop``: ask them to drain and finish). Cancelled: the workers are killed."""
+    def _start(self) -> tuple[list[BaseProcess], list[Connection], list[Connection]]:
+        """Every job's process, with its record pipe (worker → parent) and stop pipe (parent → worker)."""
         ctx = multiprocessing.get_context("spawn")  # a fork of a running event loop is not safe
-        loop = asyncio.get_running_loop()
-        procs, conns, stops = [], [], []
+        procs: list[BaseProcess] = []
+        conns, stops = [], []
         for job in self.jobs:
-            mine, theirs = ctx.Pipe(duplex=False)  # records: worker → parent
-            their_stop, my_stop = ctx.Pipe(duplex=False)  # stop: parent → worker
+            mine, theirs = ctx.Pipe(duplex=False)
+            their_stop, my_stop = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_worker, args=(theirs, their_stop, job), name=f"specwatch-worker-{job.index}",
                             daemon=True)
             p.start()
@@ -159,33 +159,16 @@ class Workers:
             procs.append(p)
             conns.append(mine)
             stops.append(my_stop)
+        return procs, conns, stops
+
+    async def run(self, sink: Callable[[RequestRecord], None], stop: asyncio.Event) -> None:
+        """Start the workers, feed every record to ``sink`` on this loop, return when all have finished
+        (``stop``: ask them to drain and finish). Cancelled: the workers are killed."""
+        loop = asyncio.get_running_loop()
+        procs, conns, stops = self._start()
         finished = [loop.create_future() for _ in procs]
-
-        def deliver(batch: list[RequestRecord]) -> None:
-            for rec in batch:
-                sink(rec)
-
-        def reader(i: int) -> None:  # a thread per worker: blocking reads, records handed to the loop
-            result: list[LagInterval] | None = None
-            try:
-                while True:
-                    kind, payload = pickle.loads(conns[i].recv_bytes())
-                    if kind == "records":
-                        loop.call_soon_threadsafe(deliver, payload)
-                    else:
-                        result = payload
-                        break
-            except (EOFError, OSError):
-                pass
-            def settle() -> None:
-                if not finished[i].done():
-                    finished[i].set_result(result)
-
-            loop.call_soon_threadsafe(settle)
-
-        threads = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(len(procs))]
-        for t in threads:
-            t.start()
+        for conn, fut in zip(conns, finished, strict=True):
+            threading.Thread(target=_read, args=(conn, loop, sink, fut), daemon=True).start()
 
         async def relay_stop() -> None:
             await stop.wait()
@@ -210,3 +193,30 @@ class Workers:
             for c in (*conns, *stops):
                 c.close()
         self.lag = [iv for r in results if r is not None for iv in r]
+
+
+def _read(conn: Connection, loop: asyncio.AbstractEventLoop, sink: Callable[[RequestRecord], None],
+          finished: asyncio.Future[list[LagInterval] | None]) -> None:
+    """A thread per worker: blocking reads of its pipe, each batch of records handed to the loop's sink; the
+    worker's lag intervals (None if it died first) settle ``finished``."""
+    def deliver(batch: list[RequestRecord]) -> None:
+        for rec in batch:
+            sink(rec)
+
+    result: list[LagInterval] | None = None
+    try:
+        while True:
+            kind, payload = pickle.loads(conn.recv_bytes())
+            if kind == "records":
+                loop.call_soon_threadsafe(deliver, payload)
+            else:
+                result = payload
+                break
+    except (EOFError, OSError):
+        pass
+
+    def settle() -> None:
+        if not finished.done():
+            finished.set_result(result)
+
+    loop.call_soon_threadsafe(settle)

@@ -109,7 +109,7 @@ class Stats:
         al = rec.accept_length
         if al is not None and rec.spec is not None:
             self._put("accept_length", al * 1000)
-            self.spec_tokens += rec.output_tokens - 1
+            self.spec_tokens += rec.spec_tokens
             self.verify_ct += rec.spec.verify_ct
             if rec.spec.accept_length is not None:
                 self.server_accept_sum += rec.spec.accept_length
@@ -180,13 +180,7 @@ class Stats:
 
     @property
     def position_acceptance(self) -> tuple[float, ...]:
-        """Share of verify rounds whose draft position i (index 0 = position 1) was accepted, from the
-        server's per-request histogram of accepted drafts per round (SGLang's spec_correct_drafts_histogram)."""
-        rounds = sum(self.rounds_by_accepted)
-        if not rounds:
-            return ()
-        tail = list(itertools.accumulate(reversed(self.rounds_by_accepted)))[::-1]  # rounds with >= i accepted
-        return tuple(t / rounds for t in tail[1:])
+        return positions_of(self.rounds_by_accepted)
 
     @property
     def server_accept_length(self) -> float | None:
@@ -195,6 +189,16 @@ class Stats:
     @property
     def requests(self) -> int:
         return sum(self.outcomes.values())
+
+
+def positions_of(rounds_by_accepted: list[int]) -> tuple[float, ...]:
+    """Share of verify rounds whose draft position i (index 0 = position 1) was accepted, from the server's
+    per-request histogram of accepted drafts per round (SGLang's spec_correct_drafts_histogram)."""
+    rounds = sum(rounds_by_accepted)
+    if not rounds:
+        return ()
+    tail = list(itertools.accumulate(reversed(rounds_by_accepted)))[::-1]  # rounds with >= i accepted
+    return tuple(t / rounds for t in tail[1:])
 
 
 def relative_stderr(n: int, total: float, sum_sq: float) -> float | None:

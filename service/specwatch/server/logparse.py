@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import LogLineError
-from ..records import ServerSample
+from ..records import MAX_ACCEPT_LENGTH, ServerSample
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 SGLANG_RE = re.compile(
@@ -44,7 +44,6 @@ V0_FIELDS = {
     "drafted": re.compile(r"Number of draft tokens: ([-\w.]+)"),
     "emitted": re.compile(r"Number of emitted tokens: ([-\w.]+)"),
 }
-MAX_ACCEPT_LENGTH = 64.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..ratelog import RateLimited
-from ..records import ServerSample
+from ..records import MAX_ACCEPT_LENGTH, ServerSample, vllm_accept_length
 
 log = logging.getLogger("specwatch")
 WARN_EVERY_S = 60.0
@@ -49,10 +49,10 @@ VLLM_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_toke
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
-RANGES = {"accept_length": (0.0, 64.0), "accept_rate": (0.0, 1.0), "gen_throughput": (0.0, 1e12),
+RANGES = {"accept_length": (0.0, float(MAX_ACCEPT_LENGTH)), "accept_rate": (0.0, 1.0), "gen_throughput": (0.0, 1e12),
           "running": (0.0, 2.0**53), "queued": (0.0, 2.0**53), "token_usage": (0.0, 1.5)}
 MAX_DP_RANKS = 64  # beyond that, one "other" series: a scrape cannot add unbounded series
-MAX_POSITIONS = 64
+MAX_POSITIONS = MAX_ACCEPT_LENGTH
 
 
 @dataclass(slots=True)
@@ -72,76 +72,101 @@ def dp_label(raw: str) -> str:
         else "other"
 
 
+@dataclass(slots=True)
+class _Scrape:
+    """One scrape's values by family, validated: load gauges per dp rank, vLLM generation tokens per engine,
+    the spec-decode counters and the per-position accepted-token counters."""
+
+    gauges: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    generation: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    counters: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    per_pos: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+def _count(v: float) -> bool:
+    return math.isfinite(v) and 0 <= v <= 2.0**53
+
+
+def _read(text: str, state: ScrapeState) -> _Scrape:
+    sc = _Scrape()
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            v, name = s.value, s.name
+            if name in SGLANG_GAUGES or name in VLLM_GAUGES:
+                key = SGLANG_GAUGES.get(name) or VLLM_GAUGES[name]
+                lo, hi = RANGES[key]
+                if math.isfinite(v) and lo <= v <= hi:
+                    sc.gauges[dp_label(s.labels.get("dp_rank", s.labels.get("engine", "0")))][key] = v
+                else:
+                    state.rejected += 1
+            elif name == VLLM_GENERATION:
+                if _count(v):
+                    sc.generation[dp_label(s.labels.get("engine", "0"))] += v
+                else:
+                    state.rejected += 1
+            elif name == VLLM_PER_POS + "_total":
+                pos = s.labels.get("position", "0")
+                if _count(v) and pos.isascii() and pos.isdigit() and int(pos) < MAX_POSITIONS:
+                    sc.per_pos[str(int(pos))] += v
+                else:
+                    state.rejected += 1
+            elif name.endswith("_total") and name.removesuffix("_total") in VLLM_COUNTERS:
+                if _count(v):
+                    sc.counters[name.removesuffix("_total")] += v
+                else:
+                    state.rejected += 1
+    return sc
+
+
+def _generation_rates(sc: _Scrape, state: ScrapeState, now_s: float) -> None:
+    """vLLM's generation counter as tok/s since the previous scrape, into each engine's gauges."""
+    dt = now_s - state.prev_s if state.prev_s is not None else 0.0
+    for dp, total in sc.generation.items():
+        before = state.prev_gen.get(dp)
+        if before is not None and dt > 0 and total >= before:  # a counter that went back: a new server
+            sc.gauges[dp]["gen_throughput"] = (total - before) / dt
+    state.prev_gen, state.prev_s = dict(sc.generation), now_s
+
+
+def _spec(sc: _Scrape, state: ScrapeState) -> dict[str, Any] | None:
+    """Speculation over the interval since the previous scrape, from vLLM's counters' deltas; None before the
+    second scrape, without drafts, after a restart, or for values no server can have (counted)."""
+    d = {k: sc.counters[k] - state.prev.get(k, 0.0) for k in sc.counters}
+    dpos = {p: sc.per_pos[p] - state.prev_pos.get(p, 0.0) for p in sc.per_pos}
+    first = not state.prev
+    state.prev, state.prev_pos = dict(sc.counters), dict(sc.per_pos)
+    drafts = d.get("vllm:spec_decode_num_drafts", 0.0)
+    if first or drafts <= 0 or any(x < 0 for x in (*d.values(), *dpos.values())):  # went back: a new server
+        return None
+    acc = d.get("vllm:spec_decode_num_accepted_tokens", 0.0)
+    drafted = d.get("vllm:spec_decode_num_draft_tokens", 0.0)
+    positions = tuple(dpos[p] / drafts for p in sorted(dpos, key=int))
+    if any(p > 1.0 for p in positions) or acc / drafts > MAX_POSITIONS:
+        state.rejected += 1
+        return None
+    return {"accept_length": vllm_accept_length(acc, drafts), "accept_rate": min(1.0, acc / drafted) if drafted
+            else None, "accepted_tokens": int(acc), "drafted_tokens": int(drafted), "position_acceptance": positions}
+
+
 def samples_from_text(text: str, state: ScrapeState, now_s: float | None = None) -> list[ServerSample]:
     """Samples from one scrape. With ``now_s`` (the scrape's monotonic time) vLLM's generation counter is
     turned into tok/s over the time since the previous scrape."""
-    sg: dict[str, dict[str, float]] = defaultdict(dict)
-    counters: dict[str, float] = defaultdict(float)
-    per_pos: dict[str, float] = defaultdict(float)
-    gen: dict[str, float] = defaultdict(float)
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            v = s.value
-            if s.name in SGLANG_GAUGES or s.name in VLLM_GAUGES:
-                key = SGLANG_GAUGES.get(s.name) or VLLM_GAUGES[s.name]
-                lo, hi = RANGES[key]
-                rank = s.labels.get("dp_rank", s.labels.get("engine", "0"))
-                if math.isfinite(v) and lo <= v <= hi:
-                    sg[dp_label(rank)][key] = v
-                else:
-                    state.rejected += 1
-            elif s.name == VLLM_GENERATION:
-                if math.isfinite(v) and 0 <= v <= 2.0**53:
-                    gen[dp_label(s.labels.get("engine", "0"))] += v
-                else:
-                    state.rejected += 1
-            elif s.name.endswith("_total") and (s.name.removesuffix("_total") in VLLM_COUNTERS
-                                                 or s.name == VLLM_PER_POS + "_total"):
-                pos = s.labels.get("position", "0")
-                if not (math.isfinite(v) and 0 <= v <= 2.0**53) or (
-                        s.name == VLLM_PER_POS + "_total" and not (pos.isascii() and pos.isdigit()
-                                                                   and int(pos) < MAX_POSITIONS)):
-                    state.rejected += 1
-                elif s.name == VLLM_PER_POS + "_total":
-                    per_pos[str(int(pos))] += v
-                else:
-                    counters[s.name.removesuffix("_total")] += v
-    if gen and now_s is not None:
-        dt = now_s - state.prev_s if state.prev_s is not None else 0.0
-        for dp, total in gen.items():
-            before = state.prev_gen.get(dp)
-            if before is not None and dt > 0 and total >= before:  # a counter that went back: a new server
-                sg[dp]["gen_throughput"] = (total - before) / dt
-        state.prev_gen, state.prev_s = dict(gen), now_s
+    sc = _read(text, state)
+    if sc.generation and now_s is not None:
+        _generation_rates(sc, state, now_s)
     out = []
-    for dp, g in sorted(sg.items()):
+    for dp, g in sorted(sc.gauges.items()):
         al = g.get("accept_length")
         out.append(ServerSample(
             source="scrape", dp_rank=dp, accept_length=al if al else None, accept_rate=g.get("accept_rate"),
-            gen_throughput=g.get("gen_throughput"),
-            running=int(g["running"]) if "running" in g else None,
+            gen_throughput=g.get("gen_throughput"), running=int(g["running"]) if "running" in g else None,
             queued=int(g["queued"]) if "queued" in g else None, token_usage=g.get("token_usage")))
-    if counters:
-        d = {k: counters[k] - state.prev.get(k, 0.0) for k in counters}
-        dpos = {p: per_pos[p] - state.prev_pos.get(p, 0.0) for p in per_pos}
-        drafts = d.get("vllm:spec_decode_num_drafts", 0.0)
-        restarted = any(x < 0 for x in (*d.values(), *dpos.values()))  # counters went back: a new server
-        if state.prev and drafts > 0 and not restarted:
-            acc = d.get("vllm:spec_decode_num_accepted_tokens", 0.0)
-            drafted = d.get("vllm:spec_decode_num_draft_tokens", 0.0)
-            positions = tuple(dpos[p] / drafts for p in sorted(dpos, key=int))
-            if any(p > 1.0 for p in positions) or acc / drafts > MAX_POSITIONS:
-                state.rejected += 1
-            else:
-                spec: dict[str, Any] = {
-                    "accept_length": 1.0 + acc / drafts, "accept_rate": min(1.0, acc / drafted) if drafted else None,
-                    "accepted_tokens": int(acc), "drafted_tokens": int(drafted), "position_acceptance": positions}
-                if len(out) == 1:  # one engine: its load and its speculation in one sample
-                    out[0] = dataclasses.replace(out[0], **spec)
-                else:
-                    out.append(ServerSample(source="scrape", **spec))
-        state.prev = dict(counters)
-        state.prev_pos = dict(per_pos)
+    spec = _spec(sc, state) if sc.counters else None
+    if spec is not None:
+        if len(out) == 1:  # one engine: its load and its speculation in one sample
+            out[0] = dataclasses.replace(out[0], **spec)
+        else:
+            out.append(ServerSample(source="scrape", **spec))
     return out
 
 
