@@ -15,51 +15,51 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import ConfigError
-from .options import DEFAULT_LISTEN, ENV_PREFIX, add_flags, read_secret_file, validate
+from .options import ENV_PREFIX, add_flags, default, read_secret_file, validate
 from .records import TARGETS
 
-__all__ = ["DEFAULT_LISTEN", "Config", "add_run_flags", "check", "load"]
+__all__ = ["Config", "add_run_flags", "check", "load"]
 
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    server_url: str = ""
-    api: str = "auto"
-    log_file: str | None = None
-    log_cmd: str | None = None
-    log_stdin: bool = False
-    from_start: bool = False
-    listen: str = DEFAULT_LISTEN
-    baseline_tps: float | None = None
-    baseline_url: str | None = None
-    baseline_curve: str | None = None
-    load_curve_window_s: int = 21_600
-    rate_per_s: float | None = None
-    concurrency: int = 1
-    pause_s: float = 2.0
-    max_tokens: int = 256
-    temperature: float = 0.0
-    prompts: str | None = None
-    interval_s: float = 10.0
-    verdict_window_s: int = 60
-    windows_s: str = "60,300"
-    server_metrics: bool = False
-    hysteresis: float = 0.03
-    min_requests: int = 3
-    hlog: str | None = None
-    read_timeout_s: float = 60.0
-    connect_timeout_s: float = 5.0
-    request_timeout_s: float = 600.0
-    api_key: str | None = None
-    api_key_file: str | None = None
-    ca_file: str | None = None
-    api_token: str | None = None
-    api_token_file: str | None = None
-    drain_timeout_s: float = 30.0
-    view: str = "auto"  # auto | table | log
-    workers: int = 1
-    tokenizer: str | None = None
+    server_url: str = default("server_url")
+    api: str = default("api")
+    log_file: str | None = default("log_file")
+    log_cmd: str | None = default("log_cmd")
+    log_stdin: bool = default("log_stdin")
+    from_start: bool = default("from_start")
+    listen: str = default("listen")
+    baseline_tps: float | None = default("baseline_tps")
+    baseline_url: str | None = default("baseline_url")
+    baseline_curve: str | None = default("baseline_curve")
+    load_curve_window_s: int = default("load_curve_window_s")
+    rate_per_s: float | None = default("rate_per_s")
+    concurrency: int = default("concurrency")
+    pause_s: float = default("pause_s")
+    max_tokens: int = default("max_tokens", "run")
+    temperature: float = default("temperature")
+    prompts: str | None = default("prompts")
+    interval_s: float = default("interval_s")
+    verdict_window_s: int = default("verdict_window_s")
+    windows_s: str = default("windows_s")
+    server_metrics: bool = default("server_metrics")
+    hysteresis: float = default("hysteresis")
+    min_requests: int = default("min_requests")
+    hlog: str | None = default("hlog")
+    read_timeout_s: float = default("read_timeout_s")
+    connect_timeout_s: float = default("connect_timeout_s")
+    request_timeout_s: float = default("request_timeout_s")
+    api_key: str | None = default("api_key")
+    api_key_file: str | None = default("api_key_file")
+    ca_file: str | None = default("ca_file")
+    api_token: str | None = default("api_token")
+    api_token_file: str | None = default("api_token_file")
+    drain_timeout_s: float = default("drain_timeout_s")
+    view: str = default("view")  # auto | table | log
+    workers: int = default("workers")
+    tokenizer: str | None = default("tokenizer")
 
     @property
     def windows(self) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -165,33 +165,39 @@ class Option:
     many: bool = False  # may be given several times (a list)
     flag: bool = True  # False: environment and config file only (secrets never go on a command line)
     flag_name: str | None = None  # the flag, when it is not the key's (sweep's --concurrency takes a list)
+    default: Any = None  # the one place a default is written; the commands' dataclasses read it (``default``)
+    by_command: Mapping[str, Any] = field(default_factory=dict)  # where one command's default differs
 
 
 OPTIONS: dict[str, Option] = {
     # the target and the probes: run, bench and sweep
-    "server_url": Option(url, "URL of the (speculative) server, http://host:port"),
-    "api": Option(choice("auto", *APIS), "auto | sglang | completions | chat"),
-    "max_tokens": Option(positive(int, 1_000_000), "tokens per request"),
-    "temperature": Option(at_least(float, 0, hi=100), "sampling temperature"),
-    "ignore_eos": Option(typed(bool), "generate exactly max_tokens; --no-ignore-eos stops at EOS"),
+    "server_url": Option(url, "URL of the (speculative) server, http://host:port", default="",
+                         by_command={"sweep": "http://127.0.0.1:30000"}),  # where the launched server listens
+    "api": Option(choice("auto", *APIS), "auto | sglang | completions | chat", default='auto'),
+    "max_tokens": Option(positive(int, 1_000_000), "tokens per request", default=500,
+                         by_command={"run": 256}),  # the daemon's probes are gentle
+    "temperature": Option(at_least(float, 0, hi=100), "sampling temperature", default=0.0),
+    "ignore_eos": Option(typed(bool), "generate exactly max_tokens; --no-ignore-eos stops at EOS", default=True),
     "prompts": Option(typed(str), "prompt file (JSONL with text or messages, or ShareGPT JSON); default: built-in"),
-    "concurrency": Option(positive(int, 10_000), "closed loop: streams in flight"),
+    "concurrency": Option(positive(int, 10_000), "closed loop: streams in flight", default=1),
     "rate_per_s": Option(positive(float, 100_000), "open loop: requests per second (instead of the closed loop)"),
-    "connect_timeout_s": Option(positive(float, DAY_S), "connect timeout in seconds"),
-    "read_timeout_s": Option(positive(float, DAY_S), "longest a stream may go without a token, in seconds"),
-    "request_timeout_s": Option(positive(float, DAY_S), "whole-request deadline, in seconds"),
+    "connect_timeout_s": Option(positive(float, DAY_S), "connect timeout in seconds", default=5.0),
+    "read_timeout_s": Option(positive(float, DAY_S), "longest a stream may go without a token, in seconds",
+                             default=60.0),
+    "request_timeout_s": Option(positive(float, DAY_S), "whole-request deadline, in seconds", default=600.0),
     "api_key": Option(secret, "the target's API key, sent as Authorization: Bearer (SPECWATCH_API_KEY)",
                       flag=False),
     "api_key_file": Option(typed(str), "read the target's API key from this file"),
     "ca_file": Option(typed(str), "CA bundle (PEM) to verify the target's TLS certificate"),
     # bench
-    "num_runs": Option(positive(int, 10_000_000), "measured requests"),
-    "warmup": Option(at_least(int, 0, hi=1_000_000), "warm-up requests, recorded apart and discarded"),
-    "poisson": Option(typed(bool), "open loop: Poisson arrivals instead of constant"),
-    "max_in_flight": Option(positive(int, 100_000), "open loop: cap on streams in flight (waits are schedule lag)"),
-    "seed": Option(at_least(int, 0, hi=2**63 - 1), "seed of the Poisson arrivals"),
+    "num_runs": Option(positive(int, 10_000_000), "measured requests", default=5),
+    "warmup": Option(at_least(int, 0, hi=1_000_000), "warm-up requests, recorded apart and discarded", default=1),
+    "poisson": Option(typed(bool), "open loop: Poisson arrivals instead of constant", default=False),
+    "max_in_flight": Option(positive(int, 100_000), "open loop: cap on streams in flight (waits are schedule lag)",
+                            default=256),
+    "seed": Option(at_least(int, 0, hi=2**63 - 1), "seed of the Poisson arrivals", default=0),
     "workers": Option(positive(int, 256), "probe processes, each with its own event loop; the schedule is split "
-                      "between them and their records merged into one report"),
+                      "between them and their records merged into one report", default=1),
     "tokenizer": Option(typed(str), "tokenizer.json of the served model (needs the tokenizers extra): exact tokens "
                         "per chunk when an OpenAI server reports only the final total"),
     "json": Option(typed(str), "write the results document here"),
@@ -200,37 +206,48 @@ OPTIONS: dict[str, Option] = {
     # run
     "log_file": Option(typed(str), "follow this server log file (across rotation and truncation)"),
     "log_cmd": Option(typed(str), "read server logs from this command's stdout (restarted when it exits)"),
-    "log_stdin": Option(typed(bool), "read server logs from stdin"),
-    "from_start": Option(typed(bool), "read --log-file from its start instead of its end"),
-    "listen": Option(listen, f"HOST:PORT for /metrics and the API (default {DEFAULT_LISTEN})"),
+    "log_stdin": Option(typed(bool), "read server logs from stdin", default=False),
+    "from_start": Option(typed(bool), "read --log-file from its start instead of its end", default=False),
+    "listen": Option(listen, f"HOST:PORT for /metrics and the API (default {DEFAULT_LISTEN})",
+                     default=DEFAULT_LISTEN),
     "baseline_tps": Option(positive(float, 1e9), "non-speculative decode tok/s to compare against"),
     "baseline_url": Option(url, "a non-speculative server probed A/B with the same prompts"),
     "baseline_curve": Option(typed(str), "plain decoding's tok/s by load (a JSON file sweep --concurrency writes): "
                                          "the verdict compares at the server's current load"),
     "load_curve_window_s": Option(positive(int, 30 * 86_400), "how far back the speedup-by-load curve reaches, "
-                                                              "in seconds"),
-    "pause_s": Option(at_least(float, 0, hi=DAY_S), "pause between a stream's probes in seconds"),
-    "interval_s": Option(positive(float, 3600), "interval between window updates in seconds"),
-    "verdict_window_s": Option(positive(int, 7 * 86_400), "window for tok/s, speedup and verdict, in seconds"),
-    "windows_s": Option(window_list, "rolling windows in seconds, comma-separated"),
-    "server_metrics": Option(typed(bool), "also scrape the server's own /metrics for accept length"),
-    "hysteresis": Option(ratio, "speedup must exceed 1 + this to clear the below-baseline state"),
-    "min_requests": Option(positive(int, 1_000_000), "requests in the verdict window before a verdict"),
-    "drain_timeout_s": Option(positive(float, DAY_S), "on SIGTERM, wait this long for probes in flight"),
-    "view": Option(choice("auto", "table", "log"), "terminal table (auto when stdout is a TTY) or log lines"),
+                                                              "in seconds", default=21600),
+    "pause_s": Option(at_least(float, 0, hi=DAY_S), "pause between a stream's probes in seconds", default=2.0),
+    "interval_s": Option(positive(float, 3600), "interval between window updates in seconds", default=10.0),
+    "verdict_window_s": Option(positive(int, 7 * 86_400), "window for tok/s, speedup and verdict, in seconds",
+                               default=60),
+    "windows_s": Option(window_list, "rolling windows in seconds, comma-separated", default='60,300'),
+    "server_metrics": Option(typed(bool), "also scrape the server's own /metrics for accept length", default=False),
+    "hysteresis": Option(ratio, "speedup must exceed 1 + this to clear the below-baseline state", default=0.03),
+    "min_requests": Option(positive(int, 1_000_000), "requests in the verdict window before a verdict", default=3),
+    "drain_timeout_s": Option(positive(float, DAY_S), "on SIGTERM, wait this long for probes in flight", default=30.0),
+    "view": Option(choice("auto", "table", "log"), "terminal table (auto when stdout is a TTY) or log lines",
+                   default='auto'),
     "api_token": Option(secret, "require Authorization: Bearer <token> on /api/* (SPECWATCH_API_TOKEN)", flag=False),
     "api_token_file": Option(typed(str), "require Authorization: Bearer <the token in this file> on /api/*"),
     # sweep
     "launch": Option(typed(str), "server command with {param} placeholders"),
-    "param": Option(typed(str), "NAME=V1,V2,… (several make a grid)", many=True),
+    "param": Option(typed(str), "NAME=V1,V2,… (several make a grid)", many=True, default=()),
     "baseline_launch": Option(typed(str), "the same server without speculation"),
     "targets": Option(typed(str), "URL,URL of servers already running (instead of --launch)"),
-    "ready_timeout_s": Option(positive(float, 7 * DAY_S), "wait this long for a launched server to become ready"),
-    "grace_s": Option(positive(float, DAY_S), "seconds between SIGTERM and SIGKILL when stopping a server"),
-    "out": Option(typed(str), "output directory"),
+    "ready_timeout_s": Option(positive(float, 7 * DAY_S), "wait this long for a launched server to become ready",
+                              default=1800.0),
+    "grace_s": Option(positive(float, DAY_S), "seconds between SIGTERM and SIGKILL when stopping a server",
+                      default=20.0),
+    "out": Option(typed(str), "output directory", default='sweep-out'),
     "concurrency_levels": Option(int_list, "closed loop: streams in flight; a list (1,4,16,32) benches every "
-                                           "configuration at each", flag_name="concurrency"),
+                                           "configuration at each", flag_name="concurrency", default='1'),
 }
+
+
+def default(key: str, command: str = "") -> Any:
+    """The default of option ``key`` (for ``command`` where it has its own)."""
+    opt = OPTIONS[key]
+    return opt.by_command.get(command, opt.default)
 
 
 BOOL_KEYS = frozenset({"ignore_eos", "poisson", "log_stdin", "from_start", "server_metrics"})

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from specwatch import config
+from specwatch import config, options
 from specwatch.errors import ConfigError
 
 
@@ -20,7 +20,7 @@ def test_precedence_flag_over_env_over_file(tmp_path):
     env = {"SPECWATCH_MAX_TOKENS": "32", "SPECWATCH_CONCURRENCY": "2"}
     cfg = config.load(args("--config", str(f), "--concurrency", "5"), env)
     assert (cfg.server_url, cfg.max_tokens, cfg.concurrency, cfg.pause_s) == ("http://10.0.0.1:1", 32, 5, 1.0)
-    assert cfg.listen == config.DEFAULT_LISTEN and cfg.interval_s == 10.0
+    assert cfg.listen == options.DEFAULT_LISTEN and cfg.interval_s == 10.0
 
 
 def test_env_booleans_and_config_path_from_env(tmp_path):

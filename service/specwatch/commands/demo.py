@@ -23,6 +23,21 @@ from .. import config as config_mod
 from ..daemon import Daemon, serve
 from ..errors import ConfigError, LaunchError
 from ..launch import Server, wait_ready
+from ..options import DEFAULT_LISTEN
+
+
+def simulators(engine: str, steps: int, port: int, log_file: Path) -> list[Server]:
+    """The speculative simulator (with its log and control port) and the plain one beside it."""
+    sim = [sys.executable, "-m", "specwatch", "sim", "--engine", engine, "--profile", "seed", "--quiet"]
+    if engine == "vllm":
+        spec = ["--speculative-config", json.dumps({"method": "eagle3", "num_speculative_tokens": steps})]
+    else:
+        spec = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
+                "--speculative-eagle-topk", "1"]
+    env = {"VLLM_LOG_STATS_INTERVAL": "2"}  # vLLM's default is 10 s: too slow for a demo
+    return [Server([*sim, "--port", str(port), *spec, "--log-file", str(log_file), "--control-port", str(port + 2)],
+                   env=env),
+            Server([*sim, "--port", str(port + 1)], env=env)]
 
 
 def main(argv: list[str]) -> int:
@@ -31,7 +46,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--engine", default="sglang", choices=("sglang", "vllm"), help="which server to simulate")
     p.add_argument("--port", type=int, default=None,
                    help="speculative simulator (default 30000, vLLM 8000); baseline port+1, control port+2")
-    p.add_argument("--listen", default=config_mod.DEFAULT_LISTEN)
+    p.add_argument("--listen", default=DEFAULT_LISTEN)
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
     p.add_argument("--view", default="auto", choices=("auto", "table", "log"))
     a = p.parse_args(argv)
@@ -40,18 +55,7 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="specwatch-demo-"))
     log_file = tmp / f"{a.engine}.log"
     spec_url, base_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
-    sim = [sys.executable, "-m", "specwatch", "sim", "--engine", a.engine, "--profile", "seed", "--quiet"]
-    if vllm:
-        spec = ["--speculative-config", json.dumps({"method": "eagle3", "num_speculative_tokens": a.steps})]
-    else:
-        spec = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(a.steps),
-                "--speculative-eagle-topk", "1"]
-    env = {"VLLM_LOG_STATS_INTERVAL": "2"}  # vLLM's default is 10 s: too slow for a demo
-    servers = [
-        Server([*sim, "--port", str(port), *spec, "--log-file", str(log_file), "--control-port", str(port + 2)],
-               env=env),
-        Server([*sim, "--port", str(port + 1)], env=env),
-    ]
+    servers = simulators(a.engine, a.steps, port, log_file)
     try:
         for url, server in zip((spec_url, base_url), servers, strict=True):
             wait_ready(url, server, 30.0, poll_s=0.1)

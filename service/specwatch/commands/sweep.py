@@ -38,6 +38,7 @@ from ..analysis.server_log import SamplePool
 from ..errors import AuthError, ConfigError, LaunchError, RecordFileError, TargetError, WorkerError
 from ..export import bench_report, sweep_report
 from ..launch import Server, wait_ready
+from ..options import default
 from ..probe.bounded import BenchSpec, collect
 from ..probe.detect import speculation_of
 from ..records import RunInfo
@@ -47,28 +48,28 @@ from ..server.logparse import parse_line
 
 @dataclass(frozen=True, slots=True)
 class SweepSpec:
-    launch: str | None = None
-    param: tuple[str, ...] = ()
-    baseline_launch: str | None = None
-    server_url: str = "http://127.0.0.1:30000"
-    targets: str | None = None
-    log_file: str | None = None
-    api: str = "auto"
-    max_tokens: int = 500
-    num_runs: int = 5
-    warmup: int = 1
-    concurrency_levels: str = "1"
-    prompts: str | None = None
-    temperature: float = 0.0
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 60.0
-    request_timeout_s: float = 600.0
-    api_key: str | None = None
-    api_key_file: str | None = None
-    ca_file: str | None = None
-    ready_timeout_s: float = 1800.0
-    grace_s: float = 20.0
-    out: str = "sweep-out"
+    launch: str | None = default("launch")
+    param: tuple[str, ...] = default("param")
+    baseline_launch: str | None = default("baseline_launch")
+    server_url: str = default("server_url", "sweep")
+    targets: str | None = default("targets")
+    log_file: str | None = default("log_file")
+    api: str = default("api")
+    max_tokens: int = default("max_tokens")
+    num_runs: int = default("num_runs")
+    warmup: int = default("warmup")
+    concurrency_levels: str = default("concurrency_levels")
+    prompts: str | None = default("prompts")
+    temperature: float = default("temperature")
+    connect_timeout_s: float = default("connect_timeout_s")
+    read_timeout_s: float = default("read_timeout_s")
+    request_timeout_s: float = default("request_timeout_s")
+    api_key: str | None = default("api_key")
+    api_key_file: str | None = default("api_key_file")
+    ca_file: str | None = default("ca_file")
+    ready_timeout_s: float = default("ready_timeout_s")
+    grace_s: float = default("grace_s")
+    out: str = default("out")
 
     def __repr__(self) -> str:
         return f"SweepSpec(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"

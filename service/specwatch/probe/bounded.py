@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AuthError, TargetError
+from ..options import default
 from ..records import LoopLag, RequestRecord, RunInfo
 from . import lag as lag_mod
 from . import prompts as prompt_sets
@@ -25,30 +26,30 @@ from .stream import GenParams, Target
 
 @dataclass(frozen=True, slots=True)
 class BenchSpec:
-    server_url: str = ""
-    api: str = "auto"
-    max_tokens: int = 500
-    num_runs: int = 5
-    warmup: int = 1
-    concurrency: int = 1
-    rate_per_s: float | None = None
-    poisson: bool = False
-    max_in_flight: int = 256
-    prompts: str | None = None
-    temperature: float = 0.0
-    ignore_eos: bool = True
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 60.0
-    request_timeout_s: float = 600.0
-    api_key: str | None = None  # from SPECWATCH_API_KEY or --api-key-file, never a flag
-    api_key_file: str | None = None
-    ca_file: str | None = None
-    seed: int = 0
-    workers: int = 1
-    tokenizer: str | None = None
-    json: str | None = None
-    records: str | None = None
-    hlog: str | None = None
+    server_url: str = default("server_url")
+    api: str = default("api")
+    max_tokens: int = default("max_tokens")
+    num_runs: int = default("num_runs")
+    warmup: int = default("warmup")
+    concurrency: int = default("concurrency")
+    rate_per_s: float | None = default("rate_per_s")
+    poisson: bool = default("poisson")
+    max_in_flight: int = default("max_in_flight")
+    prompts: str | None = default("prompts")
+    temperature: float = default("temperature")
+    ignore_eos: bool = default("ignore_eos")
+    connect_timeout_s: float = default("connect_timeout_s")
+    read_timeout_s: float = default("read_timeout_s")
+    request_timeout_s: float = default("request_timeout_s")
+    api_key: str | None = default("api_key")  # from SPECWATCH_API_KEY or --api-key-file, never a flag
+    api_key_file: str | None = default("api_key_file")
+    ca_file: str | None = default("ca_file")
+    seed: int = default("seed")
+    workers: int = default("workers")
+    tokenizer: str | None = default("tokenizer")
+    json: str | None = default("json")
+    records: str | None = default("records")
+    hlog: str | None = default("hlog")
 
     @property
     def plan(self) -> LoadPlan:

@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 
 from ..errors import AuthError
-from ..options import redact
+from ..options import default, redact
 from ..records import Outcome, RequestRecord
 from .h1 import Exchange, Origin, Streams, wait_body
 from .stream import PATHS, Attempt, GenParams, build_payload
@@ -29,9 +29,9 @@ CONTROL_CONNECTIONS = 4  # detection, the server-metrics scrape, info queries
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    connect_s: float = 5.0
-    read_s: float = 60.0  # longest a stream may go without a token (silence, keep-alives or a drip alike)
-    request_s: float = 600.0  # whole-request deadline
+    connect_s: float = default("connect_timeout_s")
+    read_s: float = default("read_timeout_s")  # longest a stream may go without a token (silence or a drip)
+    request_s: float = default("request_timeout_s")  # whole-request deadline
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from .. import __version__
 from ..errors import StreamError
-from ..options import redact
+from ..options import default, redact
 from ..records import Outcome
 from .h1parse import ResponseParser
 from .sse import SSEParser
@@ -232,7 +232,7 @@ class Streams:
     """A pool of at most ``limit`` connections (every stream in flight holds one, so none waits unmeasured
     when the caller sizes it from ``LoadPlan.max_streams``)."""
 
-    def __init__(self, limit: int, connect_s: float = 5.0, api_key: str | None = None,
+    def __init__(self, limit: int, connect_s: float = default("connect_timeout_s"), api_key: str | None = None,
                  ca_file: str | None = None) -> None:
         self._slots = asyncio.Semaphore(limit)
         self._idle: dict[Origin, list[Connection]] = {}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import logfmt, model
+from .decode_log import DecodeLog
 from .text import TokenStream, classify_domain, natural_length
 
 
@@ -61,6 +62,76 @@ class SimRequest:
     def limit(self) -> int:
         return self.max_new_tokens if self.ignore_eos else min(self.max_new_tokens, natural_length(self.prompt))
 
+    def prepare(self, profile: model.Profile, spec: model.SpecConfig, seed: int | None) -> None:
+        """Its domain, its acceptance odds by draft position, and its reproducible token stream."""
+        self.arrival_ns = self.arrival_ns or time.monotonic_ns()
+        self.domain = classify_domain(self.prompt)
+        self.cond = model.conditional_probs(profile, spec, model.acceptance_factor(profile, self.domain,
+                                                                                  self.temperature))
+        self.hist = [0] * (spec.num_steps + 1)
+        self.tokens = TokenStream(zlib.crc32(self.rid.encode()) ^ (seed or 0))
+
+    def add_tokens(self, n: int, now: int) -> bool:
+        """``n`` more tokens at ``now``, streamed as SGLang's ``stream_interval`` says; True when it is done."""
+        assert self.tokens is not None
+        self.parts.append(self.tokens.next_tokens(n))
+        self.completion_tokens += n
+        self.unsent += n
+        self.last_ns = now
+        done = self.completion_tokens >= self.limit
+        if done:
+            self.finish_reason = {"type": "length", "length": self.max_new_tokens} \
+                if self.completion_tokens >= self.max_new_tokens else {"type": "stop", "matched": 128009}
+        if done or self.completion_tokens == 1 or self.unsent >= self.stream_interval:
+            self.unsent = 0
+            self.chunks += 1
+            self.queue.put_nowait(Snapshot("".join(self.parts), self.completion_tokens, done, self.finish_reason))
+        return done
+
+    def truth(self, outcome: str) -> dict[str, Any]:
+        """What the engine did with it, as ``/truth`` lists it."""
+        return {"rid": self.rid, "outcome": outcome, "domain": self.domain, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "verify_ct": self.verify_ct,
+                "accepted_drafts": self.accepted_drafts, "chunks": self.chunks, "arrival_ns": self.arrival_ns,
+                "mean_batch_size": self.batch_sum / self.rounds if self.rounds else None,
+                "first_token_ns": self.first_ns, "last_token_ns": self.last_ns}
+
+
+def verify(r: SimRequest, batch_size: int, rng: random.Random, spec: model.SpecConfig, t: Totals) -> int:
+    """One verify round of ``r`` in a batch of ``batch_size``: the tokens it produces (its drafts drawn)."""
+    r.batch_sum += batch_size
+    r.rounds += 1
+    if not spec.enabled:
+        return min(1, r.limit - r.completion_tokens)
+    acc = model.draw_accepted(rng, r.cond)
+    r.verify_ct += 1
+    r.hist[acc] += 1
+    n = min(acc + 1, r.limit - r.completion_tokens)
+    r.accepted_drafts += n - 1
+    t.drafts += 1
+    t.draft_tokens += spec.num_steps
+    for i in range(n - 1):
+        t.accepted_pos[i] += 1
+    return n
+
+
+class Pacer:
+    """Sleeps until absolute deadlines, so that timer overshoot never accumulates over rounds."""
+
+    def __init__(self) -> None:
+        self.deadline: int | None = None
+
+    async def sleep_for(self, cost_ms: float) -> int:
+        cost_ns = int(cost_ms * 1e6)
+        now = time.monotonic_ns()
+        if self.deadline is None or now - self.deadline > cost_ns:
+            self.deadline = now  # fell behind by more than a round (or idle): do not burst to catch up
+        self.deadline += cost_ns
+        delay = self.deadline - time.monotonic_ns()
+        if delay > 0:
+            await asyncio.sleep(delay / 1e9)
+        return time.monotonic_ns()
+
 
 @dataclass(slots=True)
 class EngineSettings:
@@ -77,6 +148,19 @@ class EngineSettings:
     draft_cost: float = 1.0  # 0 for proposers that run no model (vLLM's ngram): drafting is a lookup
 
 
+@dataclass(slots=True)
+class Totals:
+    """Lifetime totals, as vLLM's counters keep them: prompt and generated tokens, drafts (verify rounds that
+    carried a draft), draft tokens, accepted draft tokens, accepted per draft position."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    accepted_pos: list[int] = field(default_factory=list)
+
+
 class Engine:
     def __init__(self, settings: EngineSettings, emit_log: Callable[[str], None]) -> None:
         self.s = settings
@@ -89,33 +173,16 @@ class Engine:
         self.rounds: collections.deque[tuple[int, int, int]] = collections.deque(maxlen=50_000)
         self.prefills: collections.deque[tuple[int, int, int]] = collections.deque(maxlen=20_000)
         self._wake = asyncio.Event()
-        self._deadline: int | None = None
+        self.pace = Pacer()
         self._pause_ns = 0
         self.forward_ct_decode = 0
         self.prefill_ct = 0
-        # interval accumulators (reset at each decode line) and lifetime ones (advanced at each line)
-        self._iv_accept_tokens = 0
-        self._iv_forward = 0
-        self._iv_gen_tokens = 0
-        self._iv_start_ns = time.monotonic_ns()
-        self._last_prefill_ns = 0
-        self.life_accept_tokens = 0
-        self.life_forward = 0
-        self.last_gen_throughput = 0.0
-        self.last_accept_length = 0.0
-        self.last_accept_rate = 0.0
+        self.log = DecodeLog(settings.log_family, settings.log_ms, emit_log, settings.log_decode)
         self.counters: collections.Counter[str] = collections.Counter()
         self.on_finish: Callable[[SimRequest], None] | None = None
         self.on_abort: Callable[[SimRequest], None] | None = None
         self.on_step: Callable[[SimRequest, int, int], None] | None = None  # (request, tokens, now_ns) per round
-        # lifetime totals, as vLLM's counters keep them: prompt and generated tokens, drafts (verify rounds
-        # that carried a draft), draft tokens, accepted draft tokens, accepted per draft position
-        self.prompt_tokens_total = 0
-        self.generation_tokens_total = 0
-        self.spec_drafts = 0
-        self.spec_draft_tokens = 0
-        self.spec_accepted = 0
-        self.spec_accepted_pos = [0] * settings.spec.num_steps
+        self.totals = Totals(accepted_pos=[0] * settings.spec.num_steps)
 
     # ---- control -----------------------------------------------------------------------------
     def set_profile(self, profile: model.Profile) -> None:
@@ -126,16 +193,11 @@ class Engine:
         self._wake.set()
 
     def flush_cache(self) -> None:
-        self.life_accept_tokens = self.life_forward = 0
+        self.log.flush_cache()
 
     # ---- request intake ----------------------------------------------------------------------
     def submit(self, req: SimRequest) -> None:
-        req.arrival_ns = req.arrival_ns or time.monotonic_ns()
-        req.domain = classify_domain(req.prompt)
-        factor = model.acceptance_factor(self.s.profile, req.domain, req.temperature)
-        req.cond = model.conditional_probs(self.s.profile, self.s.spec, factor)
-        req.hist = [0] * (self.s.spec.num_steps + 1)
-        req.tokens = TokenStream(zlib.crc32(req.rid.encode()) ^ (self.s.seed or 0))
+        req.prepare(self.s.profile, self.s.spec, self.s.seed)
         self.waiting.append(req)
         self._wake.set()
 
@@ -148,7 +210,7 @@ class Engine:
             self.running.remove(req)
         req.finish_reason = {"type": "abort", "message": message}
         self.counters["aborted"] += 1
-        self._record(req, "aborted")
+        self.truth.append(req.truth("aborted"))
         if self.on_abort is not None:
             self.on_abort(req)
 
@@ -157,10 +219,6 @@ class Engine:
         for req in [*self.running, *self.waiting]:
             self.abort(req, "server shutting down")
             req.queue.put_nowait(Snapshot("".join(req.parts), req.completion_tokens, True, req.finish_reason))
-
-    @property
-    def avg_spec_accept_length(self) -> float | None:
-        return self.life_accept_tokens / self.life_forward if self.life_forward else None
 
     @property
     def used_tokens(self) -> int:
@@ -172,145 +230,73 @@ class Engine:
             if self._pause_ns:
                 pause, self._pause_ns = self._pause_ns, 0
                 await asyncio.sleep(pause / 1e9)
-                self._deadline = None
+                self.pace.deadline = None
             if not self.running and not self.waiting:
                 self._wake.clear()
                 await self._wake.wait()
-                self._deadline = None
+                self.pace.deadline = None
                 continue
             if self.waiting and len(self.running) < self.s.max_running_requests:
                 await self._prefill()
             else:
                 await self._decode_round()
 
-    async def _sleep_for(self, cost_ms: float) -> int:
-        cost_ns = int(cost_ms * 1e6)
-        now = time.monotonic_ns()
-        if self._deadline is None or now - self._deadline > cost_ns:
-            self._deadline = now  # fell behind by more than a round (or idle): do not burst to catch up
-        self._deadline += cost_ns
-        delay = self._deadline - time.monotonic_ns()
-        if delay > 0:
-            await asyncio.sleep(delay / 1e9)
-        return time.monotonic_ns()
-
     async def _prefill(self) -> None:
         free = self.s.max_running_requests - len(self.running)
         batch = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
         new_tokens = sum(r.prompt_tokens for r in batch)
-        now = await self._sleep_for(model.prefill_ms(self.s.profile, new_tokens))
+        now = await self.pace.sleep_for(model.prefill_ms(self.s.profile, new_tokens))
         batch = [r for r in batch if r.finish_reason is None]
         running_before = len(self.running)
         self.prefill_ct += 1
-        self.prompt_tokens_total += sum(r.prompt_tokens for r in batch)
+        self.totals.prompt_tokens += sum(r.prompt_tokens for r in batch)
         self.prefills.append((now, len(batch), new_tokens))
         for r in batch:
             r.first_ns = now
             self.running.append(r)
             self._append_tokens(r, 1, now)
-        if not self.s.log_prefill:
-            return
-        elapsed = (now - self._last_prefill_ns) / 1e9 if self._last_prefill_ns else 0.0
-        self._last_prefill_ns = now
-        stats = logfmt.PrefillStats(
-            new_seq=len(batch), new_tokens=new_tokens, cached_tokens=0, used_tokens=self.used_tokens,
-            token_usage=self.used_tokens / self.s.profile.max_total_tokens, running=running_before,
-            queued=len(self.waiting), pending_tokens=sum(r.prompt_tokens for r in self.waiting),
-            input_throughput=new_tokens / elapsed if elapsed > 0 else 0.0, iteration=self.prefill_ct,
-        )
-        self._emit_log(logfmt.prefill_line(self.s.log_family, stats, time.time(), self.s.log_ms))
+        if self.s.log_prefill:
+            elapsed = self.log.prefill_elapsed_s(now)
+            self._emit_log(logfmt.prefill_line(self.s.log_family, logfmt.PrefillStats(
+                new_seq=len(batch), new_tokens=new_tokens, cached_tokens=0, used_tokens=self.used_tokens,
+                token_usage=self.used_tokens / self.s.profile.max_total_tokens, running=running_before,
+                queued=len(self.waiting), pending_tokens=sum(r.prompt_tokens for r in self.waiting),
+                input_throughput=new_tokens / elapsed if elapsed > 0 else 0.0, iteration=self.prefill_ct,
+            ), time.time(), self.s.log_ms))
 
     async def _decode_round(self) -> None:
         batch = list(self.running)
-        now = await self._sleep_for(model.cycle_ms(self.s.profile, self.s.spec, len(batch), self.s.draft_cost))
-        spec = self.s.spec.enabled
-        produced = 0
-        accepted_total = 0
-        k = self.s.spec.num_steps
-        pos = self.spec_accepted_pos
+        now = await self.pace.sleep_for(model.cycle_ms(self.s.profile, self.s.spec, len(batch), self.s.draft_cost))
+        produced = accepted_total = 0
         bs = len(batch)
         for r in batch:
             if r.finish_reason is not None:
                 continue
-            r.batch_sum += bs
-            r.rounds += 1
-            n = 1
-            if spec:
-                acc = model.draw_accepted(self.rng, r.cond)
-                r.verify_ct += 1
-                r.hist[acc] += 1
-                n = acc + 1
-            n = min(n, r.limit - r.completion_tokens)
-            if spec:
-                r.accepted_drafts += n - 1
-                accepted_total += n - 1
-                self.spec_drafts += 1
-                self.spec_draft_tokens += k
-                for i in range(n - 1):
-                    pos[i] += 1
+            n = verify(r, bs, self.rng, self.s.spec, self.totals)
+            accepted_total += n - 1 if self.s.spec.enabled else 0
             produced += n
             if self.on_step is not None:
                 self.on_step(r, n, now)
             self._append_tokens(r, n, now)
-        self.spec_accepted += accepted_total
+        self.totals.accepted += accepted_total
         self.rounds.append((now, bs, produced))
         self.forward_ct_decode += 1
-        self._iv_accept_tokens += accepted_total + bs
-        self._iv_forward += bs
-        self._iv_gen_tokens += produced
+        self.log.add_round(bs, accepted_total, produced)
         if self.forward_ct_decode % self.s.decode_log_interval == 0:
-            self._log_decode(now, bs)
+            self._decode_line(now, bs)
+
+    def _decode_line(self, now: int, batch_size: int) -> None:
+        spec, used = self.s.spec, self.used_tokens
+        self.log.decode_line(now, logfmt.DecodeStats(
+            running=batch_size, used_tokens=used, token_usage=used / self.s.profile.max_total_tokens, accept_tokens=0,
+            forward_ct=0, gen_throughput=0.0, queued=len(self.waiting), iteration=self.forward_ct_decode,
+            num_steps=spec.num_steps, num_draft_tokens=spec.num_draft_tokens, speculative=spec.enabled))
 
     def _append_tokens(self, r: SimRequest, n: int, now: int) -> None:
-        assert r.tokens is not None
-        r.parts.append(r.tokens.next_tokens(n))
-        r.completion_tokens += n
-        self.generation_tokens_total += n
-        r.unsent += n
-        r.last_ns = now
-        done = r.completion_tokens >= r.limit
-        if done:
-            length_cut = r.completion_tokens >= r.max_new_tokens
-            r.finish_reason = {"type": "length", "length": r.max_new_tokens} if length_cut \
-                else {"type": "stop", "matched": 128009}
+        self.totals.generation_tokens += n
+        if r.add_tokens(n, now):
             self.running.remove(r)
-        if done or r.completion_tokens == 1 or r.unsent >= r.stream_interval:
-            r.unsent = 0
-            r.chunks += 1
-            r.queue.put_nowait(Snapshot("".join(r.parts), r.completion_tokens, done, r.finish_reason))
-        if done:
             self.counters["finished"] += 1
-            self._record(r, "finished")
+            self.truth.append(r.truth("finished"))
             if self.on_finish is not None:
                 self.on_finish(r)
-
-    def _log_decode(self, now: int, batch_size: int) -> None:
-        elapsed = (now - self._iv_start_ns) / 1e9
-        self.last_gen_throughput = self._iv_gen_tokens / elapsed if elapsed > 0 else 0.0
-        spec = self.s.spec
-        stats = logfmt.DecodeStats(
-            running=batch_size, used_tokens=self.used_tokens,
-            token_usage=self.used_tokens / self.s.profile.max_total_tokens,
-            accept_tokens=self._iv_accept_tokens, forward_ct=self._iv_forward,
-            gen_throughput=self.last_gen_throughput, queued=len(self.waiting),
-            iteration=self.forward_ct_decode, num_steps=spec.num_steps,
-            num_draft_tokens=spec.num_draft_tokens, speculative=spec.enabled,
-        )
-        if spec.enabled and self._iv_forward:
-            self.last_accept_length = self._iv_accept_tokens / self._iv_forward
-            self.last_accept_rate = logfmt.accept_rate(self.s.log_family, stats)
-            self.life_accept_tokens += self._iv_accept_tokens
-            self.life_forward += self._iv_forward
-        if self.s.log_decode:
-            self._emit_log(logfmt.decode_line(self.s.log_family, stats, time.time(), self.s.log_ms))
-        self._iv_accept_tokens = self._iv_forward = self._iv_gen_tokens = 0
-        self._iv_start_ns = now
-
-    def _record(self, r: SimRequest, outcome: str) -> None:
-        self.truth.append({
-            "rid": r.rid, "outcome": outcome, "domain": r.domain, "prompt_tokens": r.prompt_tokens,
-            "completion_tokens": r.completion_tokens, "verify_ct": r.verify_ct,
-            "accepted_drafts": r.accepted_drafts, "chunks": r.chunks, "arrival_ns": r.arrival_ns,
-            "mean_batch_size": r.batch_sum / r.rounds if r.rounds else None,
-            "first_token_ns": r.first_ns, "last_token_ns": r.last_ns,
-        })

@@ -56,9 +56,10 @@ class NativeAPI(Handlers):
 
     async def server_info(self, request: web.Request) -> web.Response:
         e = self.engine
-        state: dict[str, Any] = {"last_gen_throughput": e.last_gen_throughput, "load": len(e.running) + len(e.waiting)}
-        if e.avg_spec_accept_length is not None:
-            state["avg_spec_accept_length"] = e.avg_spec_accept_length
+        state: dict[str, Any] = {"last_gen_throughput": e.log.last_gen_throughput,
+                                 "load": len(e.running) + len(e.waiting)}
+        if e.log.avg_spec_accept_length is not None:
+            state["avg_spec_accept_length"] = e.log.avg_spec_accept_length
         info = dict(self.ident.server_args)
         info.update({"version": self.ident.version, "max_total_num_tokens": e.s.profile.max_total_tokens,
                      "internal_states": [state]})

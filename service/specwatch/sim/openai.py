@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from .engine import Snapshot
+from .engine import SimRequest, Snapshot
 from .faults import FaultyStream, http_status
 from .text import count_prompt_tokens
 from .wire import SSE_HEADERS, BadRequest, Handlers, boolean, json_response, max_tokens, number, read_json
@@ -91,29 +91,27 @@ class OpenAIAPI(Handlers):
                                   "param": None, "code": status}, status)
         req = self.new_request(request, p.prompt, count_prompt_tokens(p.prompt), p.max_new, p.ignore_eos,
                                p.temperature, None, None)
-        stream, include_usage, continuous = p.stream, p.include_usage, p.continuous and self.ident.continuous_usage
         oid = ("chatcmpl-" if chat else "cmpl-") + req.rid
+        if p.stream:
+            return await self._stream(request, req, p, chat, oid, fault)
+        last = await self.drive(req, None)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(last), "logprobs": None}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": last.text, "reasoning_content": None,
+                                 "tool_calls": None}
+        else:
+            choice["text"] = last.text
+            choice["matched_stop"] = None
+        return json_response({"id": oid, "object": "chat.completion" if chat else "text_completion",
+                              "created": int(time.time()), "model": self.ident.served_model_name,
+                              "choices": [choice], "usage": usage(req, last.completion_tokens)})
+
+    async def _stream(self, request: web.Request, req: SimRequest, p: OpenAIParams, chat: bool, oid: str,
+                      fault: str | None) -> web.StreamResponse:
+        include_usage, continuous = p.include_usage, p.continuous and self.ident.continuous_usage
         created = int(time.time())
         model = self.ident.served_model_name
         obj = "chat.completion.chunk" if chat else "text_completion"
-
-        def usage(done: int) -> dict[str, int]:
-            return {"prompt_tokens": req.prompt_tokens, "completion_tokens": done,
-                    "total_tokens": req.prompt_tokens + done}
-
-        if not stream:
-            last = await self.drive(req, None)
-            choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(last), "logprobs": None}
-            if chat:
-                choice["message"] = {"role": "assistant", "content": last.text, "reasoning_content": None,
-                                     "tool_calls": None}
-            else:
-                choice["text"] = last.text
-                choice["matched_stop"] = None
-            return json_response({"id": oid, "object": "chat.completion" if chat else "text_completion",
-                          "created": created, "model": model, "choices": [choice],
-                          "usage": usage(last.completion_tokens)})
-
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
         out = FaultyStream(request, resp, fault, self.faults)
@@ -125,13 +123,13 @@ class OpenAIAPI(Handlers):
 
         if chat:
             await send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                         "finish_reason": None}], usage(0) if continuous else None)
+                         "finish_reason": None}], usage(req, 0) if continuous else None)
         offset = 0
 
         async def write(snap: Snapshot) -> None:
             nonlocal offset
             delta, offset = snap.text[offset:], len(snap.text)
-            use = usage(snap.completion_tokens) if continuous else None
+            use = usage(req, snap.completion_tokens) if continuous else None
             fin = finish_reason(snap)
             if chat:
                 await send([{"index": 0, "delta": {"content": delta}, "logprobs": None, "finish_reason": None}], use)
@@ -143,8 +141,10 @@ class OpenAIAPI(Handlers):
 
         final = await self.drive(req, write)
         if include_usage:
-            await send([], usage(final.completion_tokens))
+            await send([], usage(req, final.completion_tokens))
         await out.write(b"data: [DONE]\n\n")
         return resp
 
 
+def usage(req: SimRequest, done: int) -> dict[str, int]:
+    return {"prompt_tokens": req.prompt_tokens, "completion_tokens": done, "total_tokens": req.prompt_tokens + done}

@@ -103,20 +103,23 @@ class VLLMAPI(Handlers):
         oid = ("chatcmpl-" if chat else "cmpl-") + req.rid[:16]
         head = {"id": oid, "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": int(time.time()), "model": self.ident.served_model_name}
-        if not p.stream:
-            last = await self.drive(req, None)
-            fin = finish_reason(last)
-            choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": fin, "stop_reason": None}
-            if chat:
-                choice["message"] = {"role": "assistant", "content": last.text, "refusal": None, "tool_calls": []}
-            else:
-                choice["text"] = last.text
-            doc = {**head, "object": "chat.completion" if chat else "text_completion", "choices": [choice],
-                   "usage": self._usage(req, last.completion_tokens), "system_fingerprint": self.fingerprint}
-            if (m := self._spec_metrics(req)) is not None:
-                doc["metrics"] = m
-            return json_response(doc)
+        if p.stream:
+            return await self._stream(request, req, p, chat, head, fault)
+        last = await self.drive(req, None)
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish_reason(last),
+                                  "stop_reason": None}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": last.text, "refusal": None, "tool_calls": []}
+        else:
+            choice["text"] = last.text
+        doc = {**head, "object": "chat.completion" if chat else "text_completion", "choices": [choice],
+               "usage": self._usage(req, last.completion_tokens), "system_fingerprint": self.fingerprint}
+        if (m := self._spec_metrics(req)) is not None:
+            doc["metrics"] = m
+        return json_response(doc)
 
+    async def _stream(self, request: web.Request, req: SimRequest, p: OpenAIParams, chat: bool,
+                      head: dict[str, Any], fault: str | None) -> web.StreamResponse:
         resp = web.StreamResponse(headers=SSE)
         await resp.prepare(request)
         out = FaultyStream(request, resp, fault, self.faults)

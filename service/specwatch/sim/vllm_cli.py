@@ -152,8 +152,8 @@ class StatsLogger:
 
     def _totals(self) -> tuple[int, ...]:
         e = self.engine
-        return (e.prompt_tokens_total, e.generation_tokens_total, e.spec_drafts, e.spec_draft_tokens, e.spec_accepted,
-                *e.spec_accepted_pos)
+        return (e.totals.prompt_tokens, e.totals.generation_tokens, e.totals.drafts, e.totals.draft_tokens,
+                e.totals.accepted, *e.totals.accepted_pos)
 
     def interval(self) -> vllm_logfmt.Interval:
         now, cur = time.monotonic(), self._totals()
@@ -175,8 +175,8 @@ class StatsLogger:
         wall = time.time()
         self.say(vllm_logfmt.engine_line(self.generation, iv, wall, self.pid))
         e = self.engine
-        life = vllm_logfmt.Lifetime(draft_tokens=e.spec_draft_tokens, accepted=e.spec_accepted,
-                                    emitted=e.spec_accepted + e.spec_drafts, num_spec_tokens=e.s.spec.num_steps)
+        life = vllm_logfmt.Lifetime(draft_tokens=e.totals.draft_tokens, accepted=e.totals.accepted,
+                                    emitted=e.totals.accepted + e.totals.drafts, num_spec_tokens=e.s.spec.num_steps)
         line = vllm_logfmt.spec_line(self.generation, iv, life, wall, self.pid)
         if line is not None:
             self.say(line)

@@ -95,13 +95,13 @@ class VLLMMetrics:
         self.running.labels(**self.lab).set(len(e.running))
         self.waiting.labels(**self.lab).set(len(e.waiting))
         self.kv.labels(**self.lab).set(e.used_tokens / e.s.profile.max_total_tokens)
-        self._advance(self.prompt, "prompt", e.prompt_tokens_total)
-        self._advance(self.generation, "generation", e.generation_tokens_total)
+        self._advance(self.prompt, "prompt", e.totals.prompt_tokens)
+        self._advance(self.generation, "generation", e.totals.generation_tokens)
         if self.spec:
-            self._advance(self.drafts, "drafts", e.spec_drafts)
-            self._advance(self.draft_tokens, "draft_tokens", e.spec_draft_tokens)
-            self._advance(self.accepted, "accepted", e.spec_accepted)
-            for i, total in enumerate(e.spec_accepted_pos):
+            self._advance(self.drafts, "drafts", e.totals.drafts)
+            self._advance(self.draft_tokens, "draft_tokens", e.totals.draft_tokens)
+            self._advance(self.accepted, "accepted", e.totals.accepted)
+            for i, total in enumerate(e.totals.accepted_pos):
                 self.per_pos.labels(**self.lab, position=str(i)).inc(total - self._seen_pos[i])
                 self._seen_pos[i] = total
         return generate_latest(self.registry)
