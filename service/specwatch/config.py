@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import ConfigError
-from .options import ENV_PREFIX, add_flags, default, read_secret_file, validate
+from .options import ENV_PREFIX, add_flags, default, layer, read_secret_file
 from .records import TARGETS
 
 __all__ = ["Config", "add_run_flags", "check", "load"]
@@ -99,15 +99,9 @@ def _toml(path: str) -> dict[str, Any]:
 
 def load(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
     environ = os.environ if environ is None else environ
-    merged: dict[str, Any] = {}
     path = args.config or environ.get(ENV_PREFIX + "CONFIG")
-    if path:
-        merged.update(validate(_toml(path), f"config file {path}", DEFAULTS))
-    env = {k[len(ENV_PREFIX):].lower(): v for k, v in environ.items()
-           if k.startswith(ENV_PREFIX) and k != ENV_PREFIX + "CONFIG"}
-    merged.update(validate(env, "environment (SPECWATCH_*)", DEFAULTS))
     flags = {k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None}
-    merged.update(validate(flags, "command line", DEFAULTS))
+    merged = layer(DEFAULTS, flags, environ, _toml(path) if path else None, path or "")
     cfg = check(Config(**merged))
     # secret files are read once at start: a missing or unreadable one stops start-up, naming the file
     if cfg.api_key_file:

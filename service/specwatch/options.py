@@ -312,14 +312,25 @@ def auth_message(exc: Exception, source: str) -> str:
     return f"{exc}: the target refuses {source}" if not source.startswith("no ") else f"{exc}: {source}"
 
 
+def layer(defaults: Mapping[str, Any], flags: Mapping[str, Any], environ: Mapping[str, str] | None,
+          file: Mapping[str, Any] | None = None, file_name: str = "") -> dict[str, Any]:
+    """The one layering of every command: flags > environment (``SPECWATCH_*``) > config file > default. Each
+    layer is validated against the command's options and an error names the layer and the key. A variable that
+    is another command's option is left to it (one environment may serve the daemon and a bench job); one that
+    is no option at all is refused."""
+    env = {k[len(ENV_PREFIX):].lower(): v for k, v in (environ or {}).items()
+           if k.startswith(ENV_PREFIX) and k != ENV_PREFIX + "CONFIG"}
+    env = {k: v for k, v in env.items() if k in defaults or k not in OPTIONS}
+    out = dict(defaults)
+    if file:
+        out |= validate(file, f"config file {file_name}", defaults)
+    return out | validate(env, "environment (SPECWATCH_*)", defaults) | validate(flags, "command line", defaults)
+
+
 def from_flags(ns: argparse.Namespace, defaults: Mapping[str, Any],
                environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The command line layer over ``defaults``, validated; secrets (flagless options) from ``environ``."""
-    given = {k: v for k, v in vars(ns).items() if k in defaults and v is not None}
-    env = {k: environ[ENV_PREFIX + k.upper()] for k in defaults if not OPTIONS[k].flag
-           and environ is not None and ENV_PREFIX + k.upper() in environ}
-    return dict(defaults) | validate(env, "environment (SPECWATCH_*)", defaults) | validate(
-        given, "command line", defaults)
+    """``layer`` for a command without a config file: the parsed flags over the environment over ``defaults``."""
+    return layer(defaults, {k: v for k, v in vars(ns).items() if k in defaults and v is not None}, environ)
 
 
 def require(values: Mapping[str, Any], keys: Iterable[str]) -> None:

@@ -67,3 +67,29 @@ def test_nan_and_inf_are_refused_for_every_float_option():
         for bad in ("nan", "inf", "-inf"):
             with pytest.raises(ConfigError, match=f"{key}: must be a finite number"):
                 config.load(args("--server-url", "http://x:1", f"--{key.replace('_', '-')}={bad}"), {})
+
+
+def test_one_layering_for_every_command_flags_over_env_over_file_over_default():
+    defaults = {"max_tokens": 500, "num_runs": 5, "warmup": 1, "temperature": 0.0}
+    got = options.layer(defaults, {"max_tokens": "9"}, {"SPECWATCH_MAX_TOKENS": "8", "SPECWATCH_NUM_RUNS": "7",
+                                                        "SPECWATCH_LOG_FILE": "daemon.log"},
+                        {"max_tokens": 6, "num_runs": 6, "warmup": 6}, "f.toml")
+    assert got == {"max_tokens": 9, "num_runs": 7, "warmup": 6, "temperature": 0.0}  # log_file: run's, left to it
+    with pytest.raises(ConfigError, match=r"^environment \(SPECWATCH_\*\): unknown option 'bogus'"):
+        options.layer(defaults, {}, {"SPECWATCH_BOGUS": "1"})
+    with pytest.raises(ConfigError, match=r"^config file f.toml: unknown option 'log_file'"):
+        options.layer(defaults, {}, {}, {"log_file": "x"}, "f.toml")
+    with pytest.raises(ConfigError, match=r"^environment \(SPECWATCH_\*\): max_tokens"):
+        options.layer(defaults, {}, {"SPECWATCH_MAX_TOKENS": "-1"})
+
+
+def test_every_dataclass_default_is_the_option_tables():
+    import dataclasses
+
+    from specwatch.commands.sweep import SweepSpec
+    from specwatch.probe.bounded import BenchSpec
+
+    for cls, command in ((config.Config, "run"), (BenchSpec, "bench"), (SweepSpec, "sweep")):
+        for f in dataclasses.fields(cls):
+            if f.name in options.OPTIONS:
+                assert f.default == options.default(f.name, command), (cls.__name__, f.name)
