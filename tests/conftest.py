@@ -223,6 +223,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("real vLLM server tier")
         for line in lines:
             terminalreporter.write_line("  " + line)
+    raw = getattr(sys.modules.get("test_raw_http"), "ROWS", [])
+    if raw:
+        terminalreporter.section("fault matrix: raw HTTP/1.1 server")
+        for case, who, outcome in raw:
+            terminalreporter.write_line(f"{case:<26} {who:<18} {outcome}")
     mod = sys.modules.get("test_fault_matrix")
     rows = getattr(mod, "MATRIX", [])
     if not rows:

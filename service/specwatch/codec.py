@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import orjson
 
 from .errors import RecordFileError
-from .records import LoopLag, Outcome, RequestRecord, RunInfo, ServerSample, SpecStats
+from .records import APIS, SAMPLE_SOURCES, TARGETS, LoopLag, Outcome, RequestRecord, RunInfo, ServerSample, SpecStats
 from .results import SWEEP_VERSION, SweepDoc
 
 T = TypeVar("T")
@@ -73,8 +73,15 @@ def _check(d: dict[str, Any], types: dict[str, tuple[type, ...]]) -> None:
             raise RecordFileError(f"{key}: {v!r} is not of type {' or '.join(t.__name__ for t in allowed)}")
 
 
+def _one_of(d: dict[str, Any], key: str, allowed: tuple[str, ...]) -> None:
+    if d.get(key) not in allowed:
+        raise RecordFileError(f"{key}: {d.get(key)!r} is not one of {', '.join(allowed)}")
+
+
 def _request(d: dict[str, Any]) -> RequestRecord:
     _check(d, REQUEST_TYPES)
+    _one_of(d, "api", APIS)
+    _one_of(d, "target", TARGETS)
     _check({k: v for k, v in d.items() if k in OPTIONAL_TYPES}, {k: t for k, t in OPTIONAL_TYPES.items() if k in d})
     spec = d.get("spec")
     if spec is not None:
@@ -107,6 +114,7 @@ def _request(d: dict[str, Any]) -> RequestRecord:
 
 
 def _sample(d: dict[str, Any]) -> ServerSample:
+    _one_of(d, "source", SAMPLE_SOURCES)
     return ServerSample(**(d | {"position_acceptance": _floats(d.get("position_acceptance", []),
                                                                 "position_acceptance")}))
 
@@ -160,7 +168,8 @@ def load_as(cls: type[T], path: str) -> T:
         if cls is SweepDoc and isinstance(doc, dict) and doc.get("version", 1) not in range(1, SWEEP_VERSION + 1):
             raise RecordFileError(f"version {doc['version']!r}: this specwatch reads sweep.json versions 1 (no "
                                   f"version field) to {SWEEP_VERSION}")
-        return from_json(cls, doc, "")
+        out: T = from_json(cls, doc, "")
+        return out
     except orjson.JSONDecodeError as exc:
         raise RecordFileError(f"{path}: not JSON: {exc}") from None
     except RecordFileError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .options import ENV_PREFIX, add_flags, default, layer, read_secret_file
-from .records import TARGETS
+from .records import TARGETS, ApiChoice, TargetName
 
 __all__ = ["Config", "add_run_flags", "check", "load"]
 
@@ -25,7 +25,7 @@ __all__ = ["Config", "add_run_flags", "check", "load"]
 @dataclass(frozen=True, slots=True)
 class Config:
     server_url: str = default("server_url")
-    api: str = default("api")
+    api: ApiChoice = default("api")
     log_file: str | None = default("log_file")
     log_cmd: str | None = default("log_cmd")
     log_stdin: bool = default("log_stdin")
@@ -74,7 +74,7 @@ class Config:
         return f"Config(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"
 
     @property
-    def targets(self) -> tuple[str, ...]:
+    def targets(self) -> tuple[TargetName, ...]:
         return TARGETS if self.baseline_url else TARGETS[:1]
 
 

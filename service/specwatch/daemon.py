@@ -47,7 +47,7 @@ from .recorder.intake import ProbeIntake
 from .recorder.load import LoadCurve, LoadTracker
 from .recorder.samples import SampleWindows
 from .recorder.windows import Interval, Recorder
-from .records import Outcome, RequestRecord, ServerSample, SourceHealth
+from .records import Outcome, RequestRecord, ServerSample, SourceHealth, TargetName
 from .server.ingest import LogIngest
 from .server.logtail import CommandSource, FileFollower, LogSource, StdinSource, kill_now
 from .server.scrape import ScrapeState, scrape_forever
@@ -143,7 +143,9 @@ class Daemon:
     async def prober(self, session: aiohttp.ClientSession, plan: LoadPlan, limits: Timeouts, access: Access
                      ) -> None:
         c = self.cfg
-        urls = {"spec": c.server_url} | ({"baseline": c.baseline_url} if c.baseline_url else {})
+        urls: dict[TargetName, str] = {"spec": c.server_url}
+        if c.baseline_url:
+            urls["baseline"] = c.baseline_url
         targets = []
         for name, url in urls.items():
             target = await wait_for_target(session, name, url, c.api, self.stop, self.set_up)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, get_args
 
 
 class Outcome(StrEnum):
@@ -22,14 +22,22 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"
 
 
-# Closed label sets: every Prometheus label value and JSON key drawn from one of these.
+# Closed sets: every Prometheus label value and JSON key drawn from one of these (mypy checks the literals).
+Api = Literal["sglang", "completions", "chat"]
+TargetName = Literal["spec", "baseline"]
+LogResult = Literal["parsed", "ignored", "malformed"]  # every log line gets exactly one
+SampleSource = Literal["sglang_decode", "sglang_prefill", "vllm_spec", "vllm_engine", "scrape"]
+Channel = Literal["log", "scrape"]  # how a server sample reached us (the ``source`` label of server gauges)
+ApiChoice = Literal["auto", "sglang", "completions", "chat"]  # --api: auto detects
+BaselineStatus = Literal["measured", "interpolated", "held", "extrapolated", "outside", "ab", "none"]
+ServerKind = Literal["sglang", "vllm", "openai"]  # what detection found (openai: any other OpenAI server)
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
-APIS = ("sglang", "completions", "chat")
-TARGETS = ("spec", "baseline")
-LOG_RESULTS = ("parsed", "ignored", "malformed")  # every log line gets exactly one
+APIS: tuple[Api, ...] = get_args(Api)
+TARGETS: tuple[TargetName, ...] = get_args(TargetName)
+LOG_RESULTS: tuple[LogResult, ...] = get_args(LogResult)
 SKIP_REASONS = ("too_long", "binary", "partial")  # lines dropped before parsing
-SAMPLE_SOURCES = ("sglang_decode", "sglang_prefill", "vllm_spec", "vllm_engine", "scrape")  # ServerSample.source
-SAMPLE_CHANNELS = ("log", "scrape")  # how a server sample reached us (the ``source`` label of server gauges)
+SAMPLE_SOURCES: tuple[SampleSource, ...] = get_args(SampleSource)
+SAMPLE_CHANNELS: tuple[Channel, ...] = get_args(Channel)
 LATENCY_METRICS = ("ttft", "itl", "inter_chunk", "e2e", "service", "schedule_lag")
 QUANTILES = (0.5, 0.9, 0.99)
 MAX_ACCEPT_LENGTH = 64  # no draft is longer: an accept length, a draft position or k beyond it is garbage
@@ -51,8 +59,8 @@ class SpecStats:
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    api: str  # one of APIS
-    target: str  # one of TARGETS
+    api: Api
+    target: TargetName
     prompt_id: str
     domain: str
     warmup: bool
@@ -132,7 +140,7 @@ class RequestRecord:
 class ServerSample:
     """One periodic server report: an SGLang decode/prefill line, a vLLM spec line, or a metrics scrape."""
 
-    source: str  # one of SAMPLE_SOURCES
+    source: SampleSource
     dp_rank: str = ""
     wall_time: str = ""  # as printed; only labels output
     accept_length: float | None = None
@@ -176,7 +184,9 @@ class RunInfo:
     server_url: str
     api: str
     model: str
-    server_info: dict[str, Any] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)  # the server's own answer, kept as it gave it
+    steps: int | None = None  # its draft steps as detection read them (0: plain decoding; None: it did not say)
+    draft_tokens: int | None = None  # its verify width
     lifetime_accept_length: float | None = None  # the server's own running average, asked after the run
     settings: dict[str, Any] = field(default_factory=dict)  # the bench options, as given
     start_wall_s: float | None = None  # Unix time of the first send: labels a replay's .hlog like the run's

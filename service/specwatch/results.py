@@ -11,7 +11,7 @@ schedule) calls it. Times in seconds, rates in tokens per second.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from .records import LoopLag, RequestRecord
@@ -31,22 +31,15 @@ class Spread:
 
 
 @dataclass(frozen=True, slots=True)
-class ClientLag:
-    """``LoopLag`` as the results report it: without the spans, with the requests they touched."""
+class ClientLag(LoopLag):
+    """``LoopLag`` as the results report it, with the requests its distorted spans touched."""
 
-    threshold_ms: float = 1.0
-    intervals: int = 0
-    distorted_intervals: int = 0
-    worst_interval_p99_ms: float | None = None
-    max_ms: float | None = None
-    samples: int = 0
     requests_in_distorted_intervals: int = 0
 
     @classmethod
     def of(cls, lag: LoopLag, records: Sequence[RequestRecord]) -> ClientLag:
         hit = sum(1 for r in records if lag.overlaps(r.sent_ns, r.done_ns)) if lag.distorted_spans_ns else 0
-        return cls(lag.threshold_ms, lag.intervals, lag.distorted_intervals, lag.worst_interval_p99_ms,
-                   lag.max_ms, lag.samples, hit)
+        return cls(**{f.name: getattr(lag, f.name) for f in fields(LoopLag)}, requests_in_distorted_intervals=hit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ async def test_partial_last_line_waits_for_its_newline(tmp_path):
         with open(path, "a") as fh:
             fh.write("half")
             fh.flush()
-            await asyncio.sleep(0.1)
+            await until(lambda: f.split.pending_bytes == 4)  # the follower read the half line and holds it back
             assert got == []
             fh.write(" and half\n")
         await until(lambda: got == ["half and half"])

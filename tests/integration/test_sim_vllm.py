@@ -8,7 +8,6 @@ import itertools
 import json
 import re
 import subprocess
-import time
 import urllib.request
 
 import pytest
@@ -177,13 +176,9 @@ def test_stats_lines_have_the_reference_shapes_and_stop_when_idle(vsim):
     for ln in ours:
         assert template(ln) in ref, ln
         assert parse_line(ln).result == "parsed"
-    # idle: one block with zero throughput, then silence (four intervals without a line)
+    # idle: one block with zero throughput (the silence after it: tests/unit/test_sim_stats.py, interval by
+    # interval, without a wall-clock window)
     wait_until(lambda: "Avg generation throughput: 0.0" in log.read_text(), timeout_s=5, what="the idle line")
-    quiet_from = len(log.read_text().splitlines())
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        assert len(log.read_text().splitlines()) == quiet_from, "a stats line while idle"
-        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("generation", ["current", "0.9", "0.8", "v0"])

@@ -20,11 +20,12 @@ import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 
 from ..errors import ConfigError
+from ..records import BaselineStatus
 
 KIND = "specwatch.baseline_curve"
 EXTRAPOLATE_FACTOR = 1.5
@@ -33,7 +34,7 @@ MAX_POINTS = 64
 MAX_LOAD = 1e6
 MAX_TPS = 1e9
 # how the baseline at a load was obtained: closed set (summary field and metric label)
-STATUSES = ("measured", "interpolated", "held", "extrapolated", "outside", "ab", "none")
+STATUSES: tuple[BaselineStatus, ...] = get_args(BaselineStatus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ class CurvePoint:
 @dataclass(frozen=True, slots=True)
 class BaselineAt:
     tokens_per_second: float | None
-    status: str  # one of STATUSES
+    status: BaselineStatus
     load: float | None  # the load the value stands for
 
 

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from ..recorder.load import LoadBucket
+from ..records import BaselineStatus
 from .baseline import BaselineCurve
 
 
@@ -24,7 +25,7 @@ class LoadSpeedup:
     mean_load: float
     tokens_per_second: float
     baseline_tps: float | None
-    baseline_status: str
+    baseline_status: BaselineStatus
     speedup: float | None
     relative_stderr: float | None
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..records import ProbeWindow
+from ..records import BaselineStatus, ProbeWindow
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class VerdictInputs:
     requests: int  # successful probes in the window
     relative_stderr: float | None  # of the speedup
     load: float | None = None  # the server's running requests over the window; None: unknown
-    baseline_status: str = "none"  # analysis.baseline.STATUSES: how the baseline at that load was had
+    baseline_status: BaselineStatus = "none"  # how the baseline at that load was had
     baseline_load: float | None = None  # the load the baseline value stands for
 
 
@@ -48,13 +48,13 @@ class Verdict:
     accept_length: float | None = None
     load: float | None = None  # running requests the comparison is at (None: unknown, compared as idle)
     load_known: bool = False
-    baseline_status: str = "none"
+    baseline_status: BaselineStatus = "none"
     baseline_load: float | None = None
 
 
 def verdict_inputs(spec: ProbeWindow, baseline: ProbeWindow | None, baseline_tps: float | None,
-                   server_accept_length: float | None, load: float | None = None, baseline_status: str = "none",
-                   baseline_load: float | None = None) -> VerdictInputs:
+                   server_accept_length: float | None, load: float | None = None,
+                   baseline_status: BaselineStatus = "none", baseline_load: float | None = None) -> VerdictInputs:
     """``baseline`` is the A/B target's window (then its tok/s is the baseline), else ``baseline_tps`` (the
     baseline curve's value at ``load``, or a fixed value)."""
     se = spec.tokens_per_second_relative_stderr

@@ -23,7 +23,7 @@ from ..errors import RecordFileError
 from ..export import bench_report, hlog
 from ..export.format import fmt
 from ..hdr import hdr_quantiles
-from ..recorder.stats import Stats, unit
+from ..recorder.stats import LATENCY_METRICS, Stats, unit
 from ..recorder.windows import Interval
 from ..records import RequestRecord, RunInfo
 
@@ -53,7 +53,7 @@ def hlog_text(summary: dict[str, dict[str, Any]], files: list[str]) -> str:
     rows = [f"  Interval logs merged ({len(files)} file(s)): latencies in ms",
             f"    {'tag':<26}{'count':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
     for tag, d in summary.items():
-        scale = 1e3 if tag.partition(".")[2] in hlog.LATENCY_METRICS else 1.0
+        scale = 1e3 if tag.partition(".")[2] in LATENCY_METRICS else 1.0
         vals = "".join(fmt(None if d[k] is None else d[k] * scale, ">10.3f") for k in ("p50", "p90", "p99", "max"))
         rows.append(f"    {tag:<26}{d['count']:>10}{vals}")
     return "\n".join(rows)

@@ -40,8 +40,7 @@ from ..export import bench_report, sweep_report
 from ..launch import Server, wait_ready
 from ..options import default
 from ..probe.bounded import BenchSpec, collect
-from ..probe.detect import speculation_of
-from ..records import RunInfo
+from ..records import ApiChoice, RunInfo
 from ..results import ConfigResult, LevelResult, SweepDoc, levels
 from ..server.logparse import parse_line
 
@@ -54,7 +53,7 @@ class SweepSpec:
     server_url: str = default("server_url", "sweep")
     targets: str | None = default("targets")
     log_file: str | None = default("log_file")
-    api: str = default("api")
+    api: ApiChoice = default("api")
     max_tokens: int = default("max_tokens")
     num_runs: int = default("num_runs")
     warmup: int = default("warmup")
@@ -164,9 +163,9 @@ def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResu
         offset = log_path.stat().st_size if log_path and log_path.exists() else 0
         info, by_c = measure_levels(sw, spec)
         log_al, log_pos = log_stats(log_path, offset) if log_path else (None, ())
-        steps, draft_tokens = speculation_of(str(info.server_info.get("engine", "")), info.server_info)
+        steps, draft_tokens = info.steps or 0, info.draft_tokens or 1
         n = cfg.get("steps", cfg.get("k", ""))
-        if not info.server_info and n.isdigit():  # an OpenAI-only server does not say: trust the template
+        if info.steps is None and n.isdigit():  # an OpenAI-only server does not say: trust the template
             steps, draft_tokens = int(n), int(n) + 1
         lowest = by_c[min(by_c)]
         result = replace(result, status="ok", server_info=info.server_info, steps=steps, draft_tokens=draft_tokens,

@@ -14,11 +14,11 @@ from typing import Any
 
 from ..errors import AuthError, TargetError
 from ..options import default
-from ..records import LoopLag, RequestRecord, RunInfo
+from ..records import ApiChoice, LoopLag, RequestRecord, RunInfo
 from . import lag as lag_mod
 from . import prompts as prompt_sets
 from .client import Access, Timeouts, make_session
-from .detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length
+from .detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length, speculation_of
 from .load import LoadPlan
 from .runner import ProbeSetup, run_probes
 from .stream import GenParams, Target
@@ -27,7 +27,7 @@ from .stream import GenParams, Target
 @dataclass(frozen=True, slots=True)
 class BenchSpec:
     server_url: str = default("server_url")
-    api: str = default("api")
+    api: ApiChoice = default("api")
     max_tokens: int = default("max_tokens")
     num_runs: int = default("num_runs")
     warmup: int = default("warmup")
@@ -129,7 +129,9 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
         lag = lag_mod.summary(intervals) if intervals else LoopLag()
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
+    steps, draft_tokens = speculation_of(info.engine, info.info) if info.info else (None, None)
     run = RunInfo(server_url=spec.server_url, api=info.api, model=info.model, server_info=info.info,
+                  steps=steps, draft_tokens=draft_tokens,
                   lifetime_accept_length=lifetime, settings=spec.settings,
                   start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9, loop_lag=lag)
     return run, printer.records

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from ..errors import AuthError, TargetError
-from ..records import MAX_ACCEPT_LENGTH, vllm_accept_length
+from ..records import MAX_ACCEPT_LENGTH, Api, ApiChoice, ServerKind, TargetName, vllm_accept_length
 from .client import get_json
 from .stream import Target
 
@@ -28,11 +28,11 @@ UNREACHABLE = (aiohttp.ClientError, TimeoutError)  # the target is down or resta
 
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
-    api: str
+    api: Api
     model: str = "default"
     speculative: bool | None = None  # None: the server does not say (OpenAI-only servers)
     info: dict[str, Any] = field(default_factory=dict)  # SGLang's server args, or vLLM's engine/version/k
-    engine: str = "openai"  # "sglang", "vllm" or "openai" (any other OpenAI-compatible server)
+    engine: ServerKind = "openai"
 
 
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -78,7 +78,7 @@ async def get_text(session: aiohttp.ClientSession, url: str) -> str | None:
         return data.decode("utf-8", "replace") if len(data) <= MAX_METRICS_BYTES else None
 
 
-def speculation_of(engine: str, server_info: dict[str, Any]) -> tuple[int, int]:
+def speculation_of(engine: ServerKind, server_info: dict[str, Any]) -> tuple[int, int]:
     """(draft steps, draft tokens per verify) from a ``ServerInfo.info``; (0, 1) for plain decoding or when the
     server does not say."""
     if engine == "vllm" or "num_speculative_tokens" in server_info:
@@ -97,7 +97,7 @@ def _first_model(models: Any) -> str:
     return "default"
 
 
-async def detect(session: aiohttp.ClientSession, base_url: str, api: str = "auto") -> ServerInfo:
+async def detect(session: aiohttp.ClientSession, base_url: str, api: ApiChoice = "auto") -> ServerInfo:
     """SGLang if ``/get_server_info`` answers with server args, else OpenAI if ``/v1/models`` answers.
 
     Raises one of ``UNREACHABLE`` when the server cannot be reached, ``TargetError`` when it answers as
@@ -159,7 +159,8 @@ async def lifetime_accept_length(session: aiohttp.ClientSession, info: ServerInf
     return None
 
 
-async def wait_for_target(session: aiohttp.ClientSession, name: str, url: str, api: str, stop: asyncio.Event,
+async def wait_for_target(session: aiohttp.ClientSession, name: TargetName, url: str, api: ApiChoice,
+                          stop: asyncio.Event,
                           on_up: Callable[[str, bool], None], max_delay_s: float = 5.0) -> Target | None:
     """Detect ``url`` until it answers (backing off up to ``max_delay_s``), reporting up/down through ``on_up``.
     With a fixed ``api`` the first failure is enough: the probes themselves will say when it comes up.

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from ..errors import StreamError
-from ..records import MAX_ACCEPT_LENGTH, Outcome, RequestRecord, SpecStats
+from ..records import MAX_ACCEPT_LENGTH, Api, Outcome, RequestRecord, SpecStats, TargetName
 from .prompts import Prompt
 from .tokens import by_length, chunk_bound
 
@@ -33,9 +33,9 @@ PATHS = {"sglang": "/generate", "completions": "/v1/completions", "chat": "/v1/c
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    name: str  # one of records.TARGETS
+    name: TargetName
     base_url: str
-    api: str  # one of records.APIS
+    api: Api
     model: str = "default"
 
 

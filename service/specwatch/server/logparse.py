@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import LogLineError
-from ..records import MAX_ACCEPT_LENGTH, ServerSample
+from ..records import MAX_ACCEPT_LENGTH, LogResult, ServerSample
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 SGLANG_RE = re.compile(
@@ -48,7 +48,7 @@ V0_FIELDS = {
 
 @dataclass(frozen=True, slots=True)
 class ParseResult:
-    result: str  # one of records.LOG_RESULTS
+    result: LogResult
     sample: ServerSample | None = None
     reason: str = ""
 

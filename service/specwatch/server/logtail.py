@@ -45,6 +45,11 @@ class LineSplitter:
         self._buf = b""
         self._discarding = False
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of a line still waiting for its newline."""
+        return len(self._buf)
+
     def feed(self, data: bytes) -> None:
         buf = self._buf + data if self._buf else data
         start = 0

@@ -1,0 +1,118 @@
+"""The fault matrix's raw-HTTP rows: ``bench`` (SGLang and OpenAI completions) and the daemon against
+``tests/rawserver.py``, which speaks HTTP/1.1 by hand and so reaches what the simulator (aiohttp) never
+sends: close-delimited bodies, trailers, chunk extensions, interim 1xx, broken framing, non-HTTP bytes.
+Each row: the expected outcome for every request, no traceback, no hang, the API key in no output, no raw
+control byte printed; the daemon answers /healthz within 100 ms throughout, its event loop never lags 0.5 s,
+and it recovers on the next good response."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Pinger, Procs, free_port, http_get, scrape, specwatch_cmd, wait_until
+from rawserver import EXPECTED
+
+pytestmark = pytest.mark.integration
+KEY = "sk-raw-0123456789abcdef"
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # any control byte but tab and newline
+ROWS: list[tuple[str, str, str]] = []  # (case, who, outcome): printed in the session summary (conftest)
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("raw")
+    procs = Procs(tmp)
+    port = free_port()
+    server = procs.start([sys.executable, str(Path(__file__).parent.parent / "rawserver.py"), str(port), "ok"], "raw")
+    server.url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: http_get(server.url + "/get_server_info", 1)[0] == 200, what="the raw server")
+    yield procs, server, tmp
+    procs.stop_all()
+
+
+def use(server, case: str) -> None:
+    assert json.loads(http_get(f"{server.url}/case/{case}")[1]) == {"case": case}
+
+
+@pytest.mark.parametrize("api", ["sglang", "completions"])
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_bench_against_the_raw_server(raw, case, api):
+    _procs, server, tmp = raw
+    use(server, case)
+    out = tmp / f"{case}-{api}.json"
+    p = subprocess.run(specwatch_cmd("bench", "--server-url", server.url, "--api", api, "--num-runs", "3",
+                                     "--warmup", "0", "--max-tokens", "8", "--read-timeout-s", "3",
+                                     "--request-timeout-s", "10", "--json", str(out)),
+                       capture_output=True, text=True, timeout=60, env={**_env(), "SPECWATCH_API_KEY": KEY})
+    printed = p.stdout + p.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["outcome"] for r in runs] == [EXPECTED[case]] * 3, printed[-2000:]
+    assert p.returncode == (0 if EXPECTED[case] == "ok" else 1), printed[-2000:]
+    assert "Traceback" not in printed and KEY not in printed + out.read_text()
+    assert not CONTROL.search(printed), repr(CONTROL.search(printed))
+    if EXPECTED[case] == "ok":
+        assert all(r["output_tokens"] == 8 and r["ttft_s"] >= 0 and r["service_s"] > 0 for r in runs)
+    ROWS.append((case, f"bench {api}", f"{EXPECTED[case]} x3"))
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("SPECWATCH_")}
+
+
+def outcomes(url: str) -> dict[str, float]:
+    prefix = 'specwatch_probe_requests_total{outcome="'
+    return {k[len(prefix):].split('"')[0]: v for k, v in scrape(url).items() if k.startswith(prefix)}
+
+
+@pytest.fixture(scope="module")
+def daemon(raw):
+    procs, server, _tmp = raw
+    port = free_port()
+    d = procs.start(specwatch_cmd("run", "--listen", f"127.0.0.1:{port}", "--server-url", server.url, "--interval-s",
+                                  "0.5", "--pause-s", "0", "--max-tokens", "8", "--read-timeout-s", "3",
+                                  "--request-timeout-s", "10", "--drain-timeout-s", "5"), "raw-daemon",
+                    env={"SPECWATCH_API_KEY": KEY})
+    d.url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: http_get(d.url + "/healthz", 1)[0] == 200, what="daemon up")
+    pinger = Pinger(d.url)
+    yield d, server, pinger
+    pinger.stop()
+
+
+@pytest.mark.parametrize("case", sorted(c for c in EXPECTED if c != "ok"))
+def test_the_daemon_against_the_raw_server(daemon, case):
+    d, server, pinger = daemon
+    use(server, "ok")
+    wait_until(lambda: outcomes(d.url).get("ok", 0) > 0, timeout_s=30, what="a good probe first")
+    pinger.reset()
+    want = EXPECTED[case]
+    before = outcomes(d.url)
+    use(server, case)
+    wait_until(lambda: outcomes(d.url)[want] >= before[want] + 2, timeout_s=40, what=f"{case} counted as {want}")
+    use(server, "ok")
+    mid = outcomes(d.url)
+    wait_until(lambda: outcomes(d.url)["ok"] > mid["ok"], timeout_s=30, what=f"recovery after {case}")
+    delta = {k: v - before[k] for k, v in outcomes(d.url).items() if v != before[k]}
+    assert set(delta) <= {want, "ok"}, delta  # nothing but the expected outcome, and the good ones
+    m = scrape(d.url)
+    assert m["specwatch_event_loop_lag_seconds"] < 0.5
+    assert d.popen.poll() is None and not pinger.failures
+    assert pinger.worst_healthz_s < 0.1, f"/healthz took {pinger.worst_healthz_s * 1000:.0f} ms"
+    printed = d.output()
+    assert "Traceback" not in printed and KEY not in printed and not CONTROL.search(printed)
+    ROWS.append((case, "daemon", f"{want} x{int(delta[want])}, recovered (/healthz worst "
+                                 f"{pinger.worst_healthz_s * 1000:.0f} ms, loop lag max "
+                                 f"{m['specwatch_event_loop_lag_seconds'] * 1000:.0f} ms)"))
+
+
+def test_the_daemon_stops_on_sigterm_after_the_raw_rows(daemon):
+    d, _server, _pinger = daemon
+    assert d.stop(timeout_s=10) == 0  # within its 5 s drain timeout, with a clean exit
