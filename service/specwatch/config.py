@@ -18,7 +18,7 @@ from .errors import ConfigError
 from .options import ENV_PREFIX, add_flags, default, layer, read_secret_file
 from .records import TARGETS, ApiChoice, TargetName
 
-__all__ = ["Config", "add_run_flags", "check", "load"]
+__all__ = ["Config", "add_run_flags", "check", "read"]
 
 
 
@@ -97,7 +97,7 @@ def _toml(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {exc}") from None
 
 
-def load(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
+def read(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
     environ = os.environ if environ is None else environ
     path = args.config or environ.get(ENV_PREFIX + "CONFIG")
     flags = {k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None}

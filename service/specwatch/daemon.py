@@ -38,10 +38,10 @@ from .probe import prompts as prompt_sets
 from .probe.client import Access, Timeouts, make_session
 from .probe.detect import wait_for_target
 from .probe.lag import LagInterval, LagMonitor
-from .probe.load import LoadPlan
 from .probe.runner import ProbeSetup, run_probes
 from .probe.stream import GenParams
 from .probe.tokens import Tokenizer
+from .probe.traffic import TrafficPlan
 from .ratelog import RateLimited
 from .recorder.intake import ProbeIntake
 from .recorder.load import LoadCurve, LoadTracker
@@ -53,6 +53,9 @@ from .server.logtail import CommandSource, FileFollower, LogSource, StdinSource,
 from .server.scrape import ScrapeState, scrape_forever
 
 log = logging.getLogger("specwatch")
+# the open loop's cap on probes in flight (--rate-per-s): room for a slow server's backlog, still bounded
+OPEN_LOOP_MIN_IN_FLIGHT = 4
+OPEN_LOOP_IN_FLIGHT_PER_STREAM = 4
 
 
 def make_source(cfg: config_mod.Config, ingest: LogIngest) -> tuple[LogSource | None, str | None]:
@@ -95,7 +98,7 @@ class Daemon:
         self.warn = RateLimited(log)
         self.exporter.set_fixed_baseline(cfg.baseline_tps)
         self.curve = baseline_mod.BaselineCurve.fixed(cfg.baseline_tps) if cfg.baseline_tps else \
-            baseline_mod.load(cfg.baseline_curve) if cfg.baseline_curve else None
+            baseline_mod.read(cfg.baseline_curve) if cfg.baseline_curve else None
         self.load = LoadTracker(stale_s=max(30.0, 3 * cfg.interval_s))
         self.load_curve = LoadCurve(cfg.load_curve_window_s)
         self.by_load: LoadVerdict | None = None
@@ -140,7 +143,7 @@ class Daemon:
                             scrape_rejected=self.scrape_state.rejected, out_of_range=self.recorder.out_of_range())
 
     # ---- tasks -------------------------------------------------------------------------------
-    async def prober(self, session: aiohttp.ClientSession, plan: LoadPlan, limits: Timeouts, access: Access
+    async def prober(self, session: aiohttp.ClientSession, plan: TrafficPlan, limits: Timeouts, access: Access
                      ) -> None:
         c = self.cfg
         urls: dict[TargetName, str] = {"spec": c.server_url}
@@ -153,7 +156,7 @@ class Daemon:
                 return  # stopped before the target came up
             self.api[name] = target.api
             targets.append(target)
-        plist = prompt_sets.load(c.prompts) if c.prompts else prompt_sets.builtin()
+        plist = prompt_sets.read(c.prompts) if c.prompts else prompt_sets.builtin()
         params = GenParams(max_tokens=c.max_tokens, temperature=c.temperature, ignore_eos=True)
         await run_probes(ProbeSetup(plan, targets, plist, params, limits, access, c.workers,
                                     self.tokenizer is not None), self.on_record, self.stop)
@@ -249,8 +252,8 @@ async def serve(d: Daemon) -> int:
     await web.TCPSite(runner, host, port, reuse_address=True).start()
     log.info("serving /metrics on http://%s:%d/metrics", host, port)
     d.tick()
-    plan = LoadPlan(concurrency=c.concurrency, rate_per_s=c.rate_per_s, max_in_flight=max(4, c.concurrency * 4),
-                    pause_s=c.pause_s, requests=None)
+    plan = TrafficPlan(concurrency=c.concurrency, rate_per_s=c.rate_per_s, pause_s=c.pause_s, requests=None,
+                       max_in_flight=max(OPEN_LOOP_MIN_IN_FLIGHT, c.concurrency * OPEN_LOOP_IN_FLIGHT_PER_STREAM))
     try:
         limits = Timeouts(c.connect_timeout_s, c.read_timeout_s, c.request_timeout_s)
         access = Access(c.api_key, c.ca_file)

@@ -5,7 +5,8 @@
      │    ├── UrlError          a server URL that is not a base URL
      │    └── PromptFileError   a --prompts file that cannot be read or holds no prompts
      ├── TargetError          the target answers, but as no server we know (detection)
-     │    └── AuthError         it refuses our credentials (401/403): fatal at start, no retry mends it
+     │    ├── AuthError         it refuses our credentials (401/403): fatal at start, no retry mends it
+     │    └── ResponseTooLarge  a bounded GET (/metrics) answered with more than its bound
      ├── WorkerError          a probe worker process died: the run is incomplete
      ├── AnalysisError        the measurements do not support the analysis asked for (too few to fit)
      ├── StreamError          a response stream broke the protocol: that request's outcome is stream_error
@@ -42,6 +43,10 @@ class TargetError(SpecwatchError):
 
 
 class AuthError(TargetError):
+    pass
+
+
+class ResponseTooLarge(TargetError):
     pass
 
 

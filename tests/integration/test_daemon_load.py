@@ -49,7 +49,7 @@ def test_verdict_at_the_current_load_and_the_speedup_by_load_curve(procs, tmp_pa
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     curve_file = out / "baseline-curve.json"
-    assert [pt.running for pt in baseline_mod.load(str(curve_file)).points] == [1, 2, 4, 8, 16, 32]
+    assert [pt.running for pt in baseline_mod.read(str(curve_file)).points] == [1, 2, 4, 8, 16, 32]
     d_spec = daemon(procs, spec, spec_log, "daemon-spec", "--baseline-curve", str(curve_file))
     d_plain = daemon(procs, plain, plain_log, "daemon-plain")  # the truth: the same probes on plain decoding
     background = []

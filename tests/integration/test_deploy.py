@@ -160,7 +160,7 @@ def check_run_args(args: list[str]) -> None:
     assert args[0] == "run"
     p = argparse.ArgumentParser()
     config.add_run_flags(p)
-    config.load(p.parse_args(args[1:]), {})
+    config.read(p.parse_args(args[1:]), {})
 
 
 @pytest.mark.parametrize("name", ["docker-compose.yml", "docker-compose.sim.yml", "docker-compose.vllm.yml",

@@ -59,7 +59,7 @@ def test_sweep_over_concurrency_finds_each_crossover_and_prints_the_schedule(tmp
     assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
     assert "SGLang:" in p.stdout
     # the baseline curve: plain decoding's per-stream rate at each load, falling with load
-    curve = baseline_mod.load(str(out / "baseline-curve.json"))
+    curve = baseline_mod.read(str(out / "baseline-curve.json"))
     assert [pt.running for pt in curve.points] == [float(n) for n in LEVELS]
     rates = [pt.tokens_per_second for pt in curve.points]
     assert rates == sorted(rates, reverse=True)

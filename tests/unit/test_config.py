@@ -18,7 +18,7 @@ def test_precedence_flag_over_env_over_file(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text('server_url = "http://10.0.0.1:1"\nmax_tokens = 64\nconcurrency = 3\npause_s = 1\n')
     env = {"SPECWATCH_MAX_TOKENS": "32", "SPECWATCH_CONCURRENCY": "2"}
-    cfg = config.load(args("--config", str(f), "--concurrency", "5"), env)
+    cfg = config.read(args("--config", str(f), "--concurrency", "5"), env)
     assert (cfg.server_url, cfg.max_tokens, cfg.concurrency, cfg.pause_s) == ("http://10.0.0.1:1", 32, 5, 1.0)
     assert cfg.listen == options.DEFAULT_LISTEN and cfg.interval_s == 10.0
 
@@ -26,7 +26,7 @@ def test_precedence_flag_over_env_over_file(tmp_path):
 def test_env_booleans_and_config_path_from_env(tmp_path):
     f = tmp_path / "c.toml"
     f.write_text('server_url = "http://127.0.0.1:30000"\n')
-    cfg = config.load(args("--from-start"), {"SPECWATCH_CONFIG": str(f), "SPECWATCH_SERVER_METRICS": "true"})
+    cfg = config.read(args("--from-start"), {"SPECWATCH_CONFIG": str(f), "SPECWATCH_SERVER_METRICS": "true"})
     assert cfg.server_metrics is True and cfg.from_start is True
 
 
@@ -53,20 +53,20 @@ def test_errors_name_the_key_and_where_it_came_from(tmp_path, argv, env, toml, m
         f.write_text(toml)
         a += ["--config", str(f)]
     with pytest.raises(ConfigError) as e:
-        config.load(args(*a), env)
+        config.read(args(*a), env)
     assert message.format(f=f) in str(e.value)
 
 
 def test_missing_config_file():
     with pytest.raises(ConfigError, match=r"config file /nonexistent\.toml: No such file"):
-        config.load(args("--config", "/nonexistent.toml"), {})
+        config.read(args("--config", "/nonexistent.toml"), {})
 
 
 def test_nan_and_inf_are_refused_for_every_float_option():
     for key in ("pause_s", "interval_s", "baseline_tps", "rate_per_s", "temperature", "drain_timeout_s"):
         for bad in ("nan", "inf", "-inf"):
             with pytest.raises(ConfigError, match=f"{key}: must be a finite number"):
-                config.load(args("--server-url", "http://x:1", f"--{key.replace('_', '-')}={bad}"), {})
+                config.read(args("--server-url", "http://x:1", f"--{key.replace('_', '-')}={bad}"), {})
 
 
 def test_one_layering_for_every_command_flags_over_env_over_file_over_default():

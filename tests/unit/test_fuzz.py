@@ -155,7 +155,7 @@ def test_config_is_valid_or_a_config_error(env):
     p = argparse.ArgumentParser()
     config.add_run_flags(p)
     try:
-        cfg = config.load(p.parse_args([]), environ)
+        cfg = config.read(p.parse_args([]), environ)
     except ConfigError:
         return
     except SpecwatchError as exc:  # any other of ours would be a bug in the table

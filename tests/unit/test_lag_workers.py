@@ -6,7 +6,7 @@ import time
 import pytest
 
 from specwatch.probe.lag import LagMonitor, summary
-from specwatch.probe.load import LoadPlan
+from specwatch.probe.traffic import TrafficPlan
 from specwatch.probe.workers import shares, split
 
 
@@ -56,15 +56,15 @@ def test_shares(total, n, want):
 
 
 def test_a_closed_loop_plan_splits_streams_requests_and_warmup():
-    parts = split(LoadPlan(concurrency=5, requests=11, warmup=3, seed=7), 2)
+    parts = split(TrafficPlan(concurrency=5, requests=11, warmup=3, seed=7), 2)
     assert [(p.concurrency, p.requests, p.warmup, p.seed) for p in parts] == [(3, 6, 2, 7), (2, 5, 1, 8)]
 
 
 def test_an_open_loop_plan_splits_the_rate_and_the_cap():
-    parts = split(LoadPlan(rate_per_s=10.0, max_in_flight=9, requests=None, poisson=True), 3)
+    parts = split(TrafficPlan(rate_per_s=10.0, max_in_flight=9, requests=None, poisson=True), 3)
     assert [p.rate_per_s for p in parts] == pytest.approx([10 / 3] * 3)
     assert sum(p.max_in_flight for p in parts) == 9 and all(p.requests is None for p in parts)
 
 
 def test_workers_with_nothing_to_do_are_dropped():
-    assert len(split(LoadPlan(concurrency=1, requests=1), 4)) == 1
+    assert len(split(TrafficPlan(concurrency=1, requests=1), 4)) == 1

@@ -65,7 +65,7 @@ def test_a_wrong_curve_file_is_refused_naming_the_field(tmp_path, doc, field):
     path = tmp_path / "curve.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(ConfigError, match=re_field(field)):
-        bl.load(str(path))
+        bl.read(str(path))
 
 
 def re_field(field: str) -> str:
@@ -74,7 +74,7 @@ def re_field(field: str) -> str:
 
 def test_curve_file_round_trips(tmp_path):
     bl.save(tmp_path / "c.json", CURVE)
-    assert bl.load(str(tmp_path / "c.json")).points == CURVE.points
+    assert bl.read(str(tmp_path / "c.json")).points == CURVE.points
 
 
 def sample(running: int) -> ServerSample:

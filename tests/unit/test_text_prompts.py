@@ -19,13 +19,13 @@ def test_builtin_prompts_cover_the_domains_and_the_simulator_agrees_with_every_l
 def test_jsonl_text_and_messages_and_sharegpt(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text('{"text": "hi", "domain": "chat"}\n\n{"messages": [{"role": "user", "content": "yo"}]}\n')
-    a, b = prompts.load(str(f))
+    a, b = prompts.read(str(f))
     assert (a.as_text(), a.domain) == ("hi", "chat")
     assert b.as_messages() == [{"role": "user", "content": "yo"}]
     g = tmp_path / "sg.json"
     g.write_text(json.dumps([{"id": "x", "conversations": [{"from": "human", "value": "Q?"},
                                                           {"from": "gpt", "value": "A"}]}]))
-    (c,) = prompts.load(str(g))
+    (c,) = prompts.read(str(g))
     assert (c.id, c.as_text(), c.domain) == ("x", "Q?", "sharegpt")
 
 
@@ -39,12 +39,12 @@ def test_bad_prompt_files_name_the_line(tmp_path, content, message):
     f = tmp_path / "p.jsonl"
     f.write_text(content)
     with pytest.raises(prompts.PromptFileError, match=message):
-        prompts.load(str(f))
+        prompts.read(str(f))
 
 
 def test_missing_prompt_file():
     with pytest.raises(prompts.PromptFileError, match="No such file"):
-        prompts.load("/nonexistent/prompts.jsonl")
+        prompts.read("/nonexistent/prompts.jsonl")
 
 
 def test_token_stream_is_deterministic_and_counts_tokens():

@@ -154,7 +154,7 @@ def from_doc(doc: Any, where: str = "baseline curve") -> BaselineCurve:
     return BaselineCurve(tuple(pts), str(source)[:200])
 
 
-def load(path: str) -> BaselineCurve:
+def read(path: str) -> BaselineCurve:
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:

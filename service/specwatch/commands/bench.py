@@ -54,7 +54,7 @@ def parse(argv: list[str]) -> tuple[BenchSpec, str]:
     options.require(values, ["server_url"])
     spec = BenchSpec(**(values | {"api_key": options.api_key(values), "api_key_file": None}))
     if spec.prompts:
-        prompt_sets.load(spec.prompts)
+        prompt_sets.read(spec.prompts)
     return spec, options.key_source(values.get("api_key_file"), spec.api_key)
 
 

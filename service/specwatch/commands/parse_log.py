@@ -21,7 +21,7 @@ import orjson
 from ..analysis.server_log import SamplePool
 from ..records import LOG_RESULTS
 from ..server.logparse import parse_line
-from ..server.logtail import MAX_LINE_BYTES
+from ..server.logtail import SourceState, file_lines
 
 
 @dataclass(slots=True)
@@ -61,12 +61,10 @@ def _lines(path: str) -> Iterator[bytes]:
 def analyse(paths: list[str]) -> dict[str, Any]:
     counts: collections.Counter[str] = collections.Counter()
     series: dict[str, Series] = collections.defaultdict(Series)
+    state = SourceState()
     for path in paths:
-        for raw in _lines(path):
-            if len(raw) > MAX_LINE_BYTES or b"\x00" in raw:
-                counts["skipped"] += 1
-                continue
-            v = parse_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        for line in file_lines(_lines(path), state):
+            v = parse_line(line)
             counts[v.result] += 1
             s = v.sample
             if s is None or s.source == "sglang_prefill":
@@ -82,6 +80,7 @@ def analyse(paths: list[str]) -> dict[str, Any]:
                 ser.accept_rate.append(s.accept_rate)
             if s.gen_throughput is not None:
                 ser.gen_throughput.append(s.gen_throughput)
+    counts["skipped"] = sum(state.skipped.values())
     return {"lines": {k: counts.get(k, 0) for k in (*LOG_RESULTS, "skipped")},
             "series": {k: v.summary() for k, v in sorted(series.items())}}
 

@@ -68,7 +68,7 @@ def write_merged_hlog(path: str, merged: dict[str, HdrHistogram]) -> None:
         hlog.HlogWriter(f, start_ns=0).write(Interval(0, 0, parts))
 
 
-def load(paths: list[str]) -> tuple[RunInfo, list[RequestRecord]]:
+def read_records(paths: list[str]) -> tuple[RunInfo, list[RequestRecord]]:
     info: RunInfo | None = None
     records: list[RequestRecord] = []
     for path in paths:
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
         rec_files = [f for f in a.files if f not in logs]
         result = None
         if rec_files:
-            info, records = load(rec_files)
+            info, records = read_records(rec_files)
             result = analyse(info, records)
         merged_hists = hlog.merge_files(logs) if logs else None
         merged = describe(merged_hists) if merged_hists is not None else None

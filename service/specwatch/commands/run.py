@@ -18,9 +18,9 @@ def main(argv: list[str]) -> int:
     config_mod.add_run_flags(p)
     args = p.parse_args(argv)
     try:
-        cfg = config_mod.load(args)
+        cfg = config_mod.read(args)
         if cfg.prompts:
-            prompt_sets.load(cfg.prompts)
+            prompt_sets.read(cfg.prompts)
         daemon = Daemon(cfg)  # loads the baseline curve and the tokenizer: a wrong one is refused here, named
     except ConfigError as exc:
         print(f"specwatch run: {exc}", file=sys.stderr)

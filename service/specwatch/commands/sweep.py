@@ -43,6 +43,7 @@ from ..probe.bounded import BenchSpec, collect
 from ..records import ApiChoice, RunInfo
 from ..results import ConfigResult, LevelResult, SweepDoc, levels
 from ..server.logparse import parse_line
+from ..server.logtail import SourceState, file_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +140,7 @@ def log_stats(path: Path, offset: int) -> tuple[float | None, tuple[float, ...]]
             data = f.read()
     except OSError:
         data = b""
-    for ln in data.decode("utf-8", "replace").splitlines():
+    for ln in file_lines([data], SourceState()):
         sample = parse_line(ln).sample
         if sample is not None:
             pool.add(sample)

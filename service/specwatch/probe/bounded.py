@@ -19,9 +19,9 @@ from . import lag as lag_mod
 from . import prompts as prompt_sets
 from .client import Access, Timeouts, make_session
 from .detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length, speculation_of
-from .load import LoadPlan
 from .runner import ProbeSetup, run_probes
 from .stream import GenParams, Target
+from .traffic import TrafficPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +52,8 @@ class BenchSpec:
     hlog: str | None = default("hlog")
 
     @property
-    def plan(self) -> LoadPlan:
-        return LoadPlan(concurrency=self.concurrency, rate_per_s=self.rate_per_s, poisson=self.poisson,
+    def plan(self) -> TrafficPlan:
+        return TrafficPlan(concurrency=self.concurrency, rate_per_s=self.rate_per_s, poisson=self.poisson,
                         max_in_flight=self.max_in_flight, warmup=self.warmup, requests=self.num_runs,
                         seed=self.seed)
 
@@ -81,7 +81,7 @@ DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(BenchS
 class Printer:
     """Prints the seed script's per-request lines as records arrive, and keeps the records."""
 
-    def __init__(self, plan: LoadPlan, say: Callable[[str], None]) -> None:
+    def __init__(self, plan: TrafficPlan, say: Callable[[str], None]) -> None:
         self.plan = plan
         self.say = say
         self.records: list[RequestRecord] = []
@@ -105,7 +105,7 @@ class Printer:
 async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[RunInfo, list[RequestRecord]]:
     """Run the benchmark, printing the seed script's lines. ``TargetError`` when ``--api auto`` cannot
     reach or recognise the server, ``AuthError`` when it refuses the key, ``WorkerError`` when a worker died."""
-    plist = prompt_sets.load(spec.prompts) if spec.prompts else prompt_sets.builtin()
+    plist = prompt_sets.read(spec.prompts) if spec.prompts else prompt_sets.builtin()
     plan = spec.plan
     params = GenParams(max_tokens=spec.max_tokens, temperature=spec.temperature, ignore_eos=spec.ignore_eos)
     printer = Printer(plan, say)

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..errors import AuthError
+from ..errors import AuthError, ResponseTooLarge
 from ..options import default, redact
 from ..records import Outcome, RequestRecord
 from .h1 import Exchange, Origin, Streams, wait_body
@@ -47,7 +47,7 @@ class Access:
 
 def make_session(timeouts: Timeouts, access: Access | None = None, streams: int = 0) -> aiohttp.ClientSession:
     """The pooled session for what is not a probe stream (those go over ``h1.Streams``, sized from
-    ``LoadPlan.max_streams``): detection, scrapes, info queries. Connector limit and timeouts are explicit:
+    ``TrafficPlan.max_streams``): detection, scrapes, info queries. Connector limit and timeouts are explicit:
     aiohttp's defaults queue silently past 100 connections and cut every request at 5 minutes. ``streams``:
     connections for a caller that also streams on it (the benchmarks' bare loop)."""
     access = access or Access()
@@ -72,6 +72,21 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
             return orjson.loads(await resp.read())
         except orjson.JSONDecodeError:
             return None
+
+
+MAX_METRICS_BYTES = 8 * 1024 * 1024  # vLLM's /metrics is ~650 lines; a runaway exposition is refused whole
+
+
+async def get_text(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
+    """The status and the text body (empty unless 200) of a bounded GET such as ``/metrics``;
+    ``ResponseTooLarge`` past ``MAX_METRICS_BYTES``. Connection errors propagate."""
+    async with session.get(url, allow_redirects=False) as resp:
+        if resp.status != 200:
+            return resp.status, ""
+        data = await resp.content.read(MAX_METRICS_BYTES + 1)
+    if len(data) > MAX_METRICS_BYTES:
+        raise ResponseTooLarge(f"{redact(url)}: more than {MAX_METRICS_BYTES} bytes")
+    return 200, data.decode("utf-8", "replace")
 
 
 def make_streams(max_streams: int, timeouts: Timeouts, access: Access | None = None) -> Streams:
@@ -117,7 +132,7 @@ class _Watchdog:
 
 @dataclass(frozen=True, slots=True)
 class StreamTransport:
-    """The real ``load.Transport``: ``execute`` over an ``h1.Streams`` pool."""
+    """The real ``traffic.Transport``: ``execute`` over an ``h1.Streams`` pool."""
 
     streams: Streams
 

@@ -18,7 +18,7 @@ import aiohttp
 
 from ..errors import AuthError, TargetError
 from ..records import MAX_ACCEPT_LENGTH, Api, ApiChoice, ServerKind, TargetName, vllm_accept_length
-from .client import get_json
+from .client import get_json, get_text
 from .stream import Target
 
 log = logging.getLogger("specwatch")
@@ -38,7 +38,6 @@ class ServerInfo:
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-MAX_METRICS_BYTES = 8 * 1024 * 1024
 
 
 def vllm_speculation(text: str) -> tuple[int, float | None]:
@@ -67,15 +66,6 @@ def vllm_speculation(text: str) -> tuple[int, float | None]:
             accepted += v
     k = max(positions) + 1 if positions else 0
     return k, vllm_accept_length(accepted, drafts)
-
-
-async def get_text(session: aiohttp.ClientSession, url: str) -> str | None:
-    """A bounded text body of a 200 answer, else None."""
-    async with session.get(url, allow_redirects=False) as resp:
-        if resp.status != 200:
-            return None
-        data = await resp.content.read(MAX_METRICS_BYTES + 1)
-        return data.decode("utf-8", "replace") if len(data) <= MAX_METRICS_BYTES else None
 
 
 def speculation_of(engine: ServerKind, server_info: dict[str, Any]) -> tuple[int, int]:
@@ -117,12 +107,12 @@ async def detect(session: aiohttp.ClientSession, base_url: str, api: ApiChoice =
                           info=info, engine="sglang")
     if _owned_by(models) == "vllm":
         version = await get_json(session, base_url + "/version")
-        metrics = await get_text(session, base_url + "/metrics")
-        k, _ = vllm_speculation(metrics) if metrics is not None else (0, None)
+        status, metrics = await get_text(session, base_url + "/metrics")
+        k, _ = vllm_speculation(metrics) if status == 200 else (0, None)
         vinfo: dict[str, Any] = {"engine": "vllm", "num_speculative_tokens": k}
         if isinstance(version, dict) and isinstance(version.get("version"), str):
             vinfo["version"] = version["version"][:40]
-        return ServerInfo(api=api, model=_first_model(models), speculative=bool(k) if metrics is not None else None,
+        return ServerInfo(api=api, model=_first_model(models), speculative=bool(k) if status == 200 else None,
                           info=vinfo, engine="vllm")
     return ServerInfo(api=api, model=_first_model(models))
 
@@ -139,10 +129,10 @@ async def lifetime_accept_length(session: aiohttp.ClientSession, info: ServerInf
     1 + accepted / drafts from its counters."""
     if info.engine == "vllm":
         try:
-            text = await get_text(session, base_url + "/metrics")
-        except UNREACHABLE:
+            status, text = await get_text(session, base_url + "/metrics")
+        except (*UNREACHABLE, TargetError):
             return None
-        return vllm_speculation(text)[1] if text is not None else None
+        return vllm_speculation(text)[1] if status == 200 else None
     if info.api != "sglang":
         return None
     for path in ("/server_info", "/get_server_info"):

@@ -230,7 +230,7 @@ class Connection(asyncio.Protocol):
 
 class Streams:
     """A pool of at most ``limit`` connections (every stream in flight holds one, so none waits unmeasured
-    when the caller sizes it from ``LoadPlan.max_streams``)."""
+    when the caller sizes it from ``TrafficPlan.max_streams``)."""
 
     def __init__(self, limit: int, connect_s: float = default("connect_timeout_s"), api_key: str | None = None,
                  ca_file: str | None = None) -> None:

@@ -70,7 +70,7 @@ def _sharegpt(items: list[Any], path: Path) -> list[Prompt]:
     return out
 
 
-def load(path: str) -> list[Prompt]:
+def read(path: str) -> list[Prompt]:
     p = Path(path)
     try:
         data = p.read_bytes()

@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from ..errors import WorkerError
 from .client import Access, StreamTransport, Timeouts, make_streams
 from .lag import LagInterval, LagMonitor
-from .load import Load, LoadPlan, PromptCycle, Sink
 from .prompts import Prompt
 from .stream import GenParams, Target
+from .traffic import PromptCycle, Sink, Traffic, TrafficPlan
 from .workers import Workers, jobs
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeSetup:
-    plan: LoadPlan
+    plan: TrafficPlan
     targets: Sequence[Target]
     prompts: Sequence[Prompt]
     params: GenParams
@@ -41,7 +41,7 @@ async def run_probes(setup: ProbeSetup, sink: Sink, stop: asyncio.Event, lag: La
             raise WorkerError("probe worker(s) failed, the run is incomplete: " + "; ".join(workers.failed))
         return workers.lag
     async with make_streams(setup.plan.max_streams, setup.limits, setup.access) as streams:
-        load = Load(StreamTransport(streams), PromptCycle(setup.prompts, setup.targets), setup.params, setup.plan,
+        load = Traffic(StreamTransport(streams), PromptCycle(setup.prompts, setup.targets), setup.params, setup.plan,
                     sink, stop, setup.limits, keep_texts=setup.keep_texts)
         if lag is None:
             await load.run()

@@ -1,8 +1,8 @@
 """``--workers N``: the probe load split over N processes, each with its own uvloop, merged into one sink.
 
 Source stage. One Python event loop tops out at one core; past that, streams wait for the loop and the
-client's delay reads as the server's latency. ``split`` divides a ``LoadPlan`` (streams, requests, rate,
-warm-up, in-flight cap; each worker its own Poisson seed); every worker runs the same ``Load`` as a single
+client's delay reads as the server's latency. ``split`` divides a ``TrafficPlan`` (streams, requests, rate,
+warm-up, in-flight cap; each worker its own Poisson seed); every worker runs the same ``Traffic`` as a single
 process would, stamps its own arrivals (``CLOCK_MONOTONIC`` is shared by every process, so timestamps
 compare across workers), and ships its records to the parent every ``flush_s`` as one pickled batch —
 records, not histograms, because the parent's sinks (the bench report, the daemon's load tracker and
@@ -31,9 +31,9 @@ from multiprocessing.process import BaseProcess
 from ..records import RequestRecord
 from .client import Access, StreamTransport, Timeouts, make_streams
 from .lag import LagInterval, LagMonitor
-from .load import Load, LoadPlan, PromptCycle
 from .prompts import Prompt
 from .stream import GenParams, Target
+from .traffic import PromptCycle, Traffic, TrafficPlan
 
 log = logging.getLogger("specwatch")
 FLUSH_S = 0.25
@@ -45,7 +45,7 @@ def shares(total: int, n: int) -> list[int]:
     return [total // n + (1 if i < total % n else 0) for i in range(n)]
 
 
-def split(plan: LoadPlan, n: int) -> list[LoadPlan]:
+def split(plan: TrafficPlan, n: int) -> list[TrafficPlan]:
     """The plan's schedule over ``n`` workers; workers left with nothing to do are dropped."""
     conc = shares(plan.concurrency, n)
     reqs = shares(plan.requests, n) if plan.requests is not None else [None] * n
@@ -70,14 +70,14 @@ class Job:
     targets: tuple[Target, ...]
     prompts: tuple[Prompt, ...]
     params: GenParams
-    plan: LoadPlan
+    plan: TrafficPlan
     timeouts: Timeouts
     access: Access
     keep_texts: bool = False  # --tokenizer: the parent splits the counts exactly
     flush_s: float = FLUSH_S
 
 
-def jobs(plan: LoadPlan, n: int, targets: Sequence[Target], prompts: Sequence[Prompt], params: GenParams,
+def jobs(plan: TrafficPlan, n: int, targets: Sequence[Target], prompts: Sequence[Prompt], params: GenParams,
          timeouts: Timeouts, access: Access, keep_texts: bool = False) -> list[Job]:
     out = []
     for i, p in enumerate(split(plan, n)):
@@ -124,7 +124,7 @@ async def _work(conn: Connection, stop_conn: Connection, job: Job) -> None:
     async with make_streams(job.plan.max_streams, job.timeouts, job.access) as streams:
         helpers = [asyncio.create_task(monitor.run()), asyncio.create_task(flusher())]
         try:
-            await Load(StreamTransport(streams), PromptCycle(job.prompts, job.targets), job.params, job.plan,
+            await Traffic(StreamTransport(streams), PromptCycle(job.prompts, job.targets), job.params, job.plan,
                        batch.append, stop, job.timeouts, keep_texts=job.keep_texts).run()
         finally:
             for t in helpers:

@@ -47,14 +47,19 @@ class LoadTracker:
                 self.samples.popleft()
 
     def during(self, t0_ns: int, t1_ns: int) -> float | None:
-        """Mean running requests reported in [t0, t1]; else the last report before t1 if fresh; else None."""
-        inside = [n for t, n in self.samples if t0_ns <= t <= t1_ns]
-        if inside:
-            return sum(inside) / len(inside)
-        before = next((n_t for n_t in reversed(self.samples) if n_t[0] <= t1_ns), None)
-        if before is not None and t1_ns - before[0] <= self.stale_ns:
-            return float(before[1])
-        return None
+        """Mean running requests reported in [t0, t1]; else the last report before t1 if fresh; else None.
+        Walks back from the newest report and stops at the first before t0: a request's own span, not the whole
+        history (samples are in time order; this runs once per request)."""
+        inside: list[int] = []
+        for t, n in reversed(self.samples):
+            if t > t1_ns:
+                continue
+            if t < t0_ns:
+                if not inside and t1_ns - t <= self.stale_ns:
+                    return float(n)
+                break
+            inside.append(n)
+        return sum(inside) / len(inside) if inside else None
 
     def current(self, now_ns: int, window_s: float) -> float | None:
         return self.during(now_ns - int(window_s * 1e9), now_ns)

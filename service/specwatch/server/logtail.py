@@ -15,7 +15,7 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 MAX_LINE_BYTES = 64 * 1024
@@ -90,6 +90,20 @@ class LineSplitter:
             self.state.skipped["partial"] += 1
         self._buf = b""
         self._discarding = False
+
+
+def file_lines(chunks: Iterable[bytes], state: SourceState) -> Iterator[str]:
+    """The lines of a saved log under the follower's rules (a line too long or binary is skipped and counted
+    in ``state``); a last line without its newline is a line too, since the file is complete."""
+    out: list[str] = []
+    split = LineSplitter(out.append, state)
+    for chunk in chunks:
+        split.feed(chunk)
+        yield from out
+        out.clear()
+    if split.pending_bytes:
+        split.feed(b"\n")
+        yield from out
 
 
 class FileFollower:

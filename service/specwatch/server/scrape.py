@@ -22,12 +22,13 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..errors import ResponseTooLarge
+from ..probe.client import get_text
 from ..ratelog import RateLimited
 from ..records import MAX_ACCEPT_LENGTH, ServerSample, vllm_accept_length
 
 log = logging.getLogger("specwatch")
 WARN_EVERY_S = 60.0
-MAX_SCRAPE_BYTES = 8 * 1024 * 1024  # vLLM's /metrics is ~650 lines; a runaway exposition is refused whole
 
 SGLANG_GAUGES = {
     "sglang:spec_accept_length": "accept_length",
@@ -178,15 +179,13 @@ async def scrape_forever(session: aiohttp.ClientSession, url: str, interval_s: f
     while True:
         error = ""
         try:
-            async with session.get(url, allow_redirects=False) as resp:
-                text = (await resp.content.read(MAX_SCRAPE_BYTES + 1)).decode("utf-8", "replace") \
-                    if resp.status == 200 else ""
-                if len(text) > MAX_SCRAPE_BYTES:
-                    raise ValueError(f"more than {MAX_SCRAPE_BYTES} bytes")
-                error = "" if resp.status == 200 else f"HTTP {resp.status}"
+            status, text = await get_text(session, url)
+            error = "" if status == 200 else f"HTTP {status}"
             for s in samples_from_text(text, state, time.monotonic()):
                 on_sample(s)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except ResponseTooLarge as exc:  # a runaway exposition is refused whole
+            error = str(exc)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # ValueError: the exposition's parser
             error = str(exc) or type(exc).__name__
         on_up(not error)
         if error:

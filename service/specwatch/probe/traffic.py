@@ -1,4 +1,4 @@
-"""Load generation: closed-loop workers or an open-loop pacer, feeding records to a sink.
+"""Traffic: closed-loop workers or an open-loop pacer, feeding records to a sink.
 
 Source stage. Every request runs in its own task and always yields exactly one record, cancelled ones
 included; the sink is a plain synchronous call.
@@ -35,7 +35,7 @@ FAILURE_BACKOFF_S = 1.0  # closed loop: a failed request (server down) is not re
 
 
 @dataclass(frozen=True, slots=True)
-class LoadPlan:
+class TrafficPlan:
     concurrency: int = 1  # closed loop: streams in flight
     rate_per_s: float | None = None  # open loop when set
     poisson: bool = False
@@ -62,13 +62,13 @@ class PromptCycle:
 
 
 @dataclass(frozen=True, slots=True)
-class Load:
+class Traffic:
     """One load run: what to send, how, where the records go, and when to stop."""
 
     transport: Transport
     cycle: PromptCycle
     params: GenParams
-    plan: LoadPlan
+    plan: TrafficPlan
     sink: Sink
     stop: asyncio.Event
     limits: Timeouts = field(default_factory=Timeouts)
@@ -110,15 +110,18 @@ class Load:
                 await asyncio.wait_for(self.stop.wait(), seconds)
 
     async def _closed(self) -> None:
-        issued = itertools.count()
         plan = self.plan
+        issued = [0]
+
+        def more() -> bool:
+            return plan.requests is None or issued[0] < plan.requests
 
         async def worker() -> None:
-            while not self.stop.is_set():
-                if plan.requests is not None and next(issued) >= plan.requests:
-                    return
+            while not self.stop.is_set() and more():
+                issued[0] += 1
                 rec = await self.one(time.monotonic_ns())
-                await self._pause(plan.pause_s if rec.ok else max(plan.pause_s, FAILURE_BACKOFF_S))
+                if more():  # no pause after the last request: a bounded run ends when its requests have
+                    await self._pause(plan.pause_s if rec.ok else max(plan.pause_s, FAILURE_BACKOFF_S))
 
         async with asyncio.TaskGroup() as tg:
             for _ in range(plan.concurrency):
