@@ -43,8 +43,9 @@ def chunked(parts: list[bytes], ext: bytes = b"", last: bytes = b"0\r\n\r\n") ->
 OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 
 
-def response(case: str, api: str) -> tuple[bytes, bool]:
-    """(the bytes to send, whether to close the connection after them)."""
+def response(case: str, api: str, key: str) -> tuple[bytes, bool]:
+    """(the bytes to send, whether to close the connection after them); ``key``: the bearer key the request
+    carried, for the cases that echo it."""
     ev = events(api)
     body = b"".join(ev)
     te = OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
@@ -81,6 +82,15 @@ def response(case: str, api: str) -> tuple[bytes, bool]:
         "not_modified": (b"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n", False),
         "bad_last_event_at_close": (OK_HEAD + b"Connection: close\r\n\r\n" + b"".join(ev[:3]) + b"data: {broken",
                                     True),
+        "bare_cr": (te + chunked([e.replace(b"\n", b"\r") for e in ev]), False),
+        "idle_bytes": (te + chunked(ev), False),  # and, once idle, bytes no request asked for (handle)
+        "echo_key_401": (plain("401 Unauthorized", {"error": f"invalid key {key} \x1b[2J"}), False),
+        "echo_key_event": (te + chunked([b"data: " + json.dumps({"error": {"message": f"key {key} refused"}})
+                                         .encode() + b"\n\n"]), False),
+        "echo_key_location": (b"HTTP/1.1 302 Found\r\nLocation: http://elsewhere.invalid/?key=%s\r\n"
+                              b"Content-Length: 0\r\n\r\n" % key.encode(), False),
+        "control_chars": (plain("500 Internal Server Error", "\x1b[2J\x1b[31mboom\x07\nlevel=ERROR msg=forged"),
+                          False),
     }
     return table[case]
 
@@ -91,27 +101,52 @@ EXPECTED = {  # the outcome a well-behaved client records for each case
     **dict.fromkeys(["negative_chunk", "nonhex_chunk", "huge_chunk_size", "missing_final_chunk",
                      "thousand_digit_status", "status_beyond_64_bits", "thousand_digit_length", "negative_length",
                      "length_short", "length_long", "length_and_chunked", "gzip", "tls_bytes", "http2_preface",
-                     "switching_protocols", "bad_last_event_at_close"], "stream_error"),
-    **dict.fromkeys(["no_content", "not_modified"], "http_error"),
+                     "switching_protocols", "bad_last_event_at_close", "echo_key_event", "endless_tokens"],
+                    "stream_error"),
+    **dict.fromkeys(["no_content", "not_modified", "echo_key_401", "echo_key_location", "control_chars"],
+                    "http_error"),
+    **dict.fromkeys(["bare_cr", "idle_bytes"], "ok"),
+    **dict.fromkeys(["endless_same", "endless_pings"], "timeout"),
 }
+ENDLESS_S = 60.0  # an endless case stops by itself after this, if the client never hangs up
 API_OF = {"/generate": "sglang", "/v1/completions": "completions", "/v1/chat/completions": "chat"}
 INFO = {"/get_server_info": {"speculative_algorithm": None, "version": "raw"},
         "/v1/models": {"object": "list", "data": [{"id": "raw", "object": "model", "owned_by": "sglang"}]}}
 
 
-async def read_request(reader: asyncio.StreamReader) -> str | None:
-    """The request's path, its body read and dropped; None when the client went away."""
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str]] | None:
+    """The request's path and headers (lower-case names), its body read and dropped; None when the client
+    went away."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
         return None
     lines = head.decode("latin-1").split("\r\n")
-    length = next((int(v) for k, _, v in (ln.partition(":") for ln in lines[1:])
-                   if k.strip().lower() == "content-length" and v.strip().isdigit()), 0)
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+    length = int(headers["content-length"]) if headers.get("content-length", "").isdigit() else 0
     if length:
         await reader.readexactly(length)
     parts = lines[0].split(" ")
-    return parts[1] if len(parts) > 1 else "/"
+    return (parts[1] if len(parts) > 1 else "/"), headers
+
+
+async def endless(writer: asyncio.StreamWriter, case: str, api: str) -> None:
+    """Stream until the client hangs up (or ``ENDLESS_S``): new tokens at full speed, the same count again
+    and again, or keep-alive comments only."""
+    writer.write(OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+    deadline = asyncio.get_running_loop().time() + ENDLESS_S
+    n = 0
+    while asyncio.get_running_loop().time() < deadline:
+        n += 1
+        if case == "endless_pings":
+            part = b": keep-alive\n\n" * 64
+        else:
+            doc = events(api)[0] if case == "endless_same" else events(api)[0].replace(b'"completion_tokens": 1',
+                                                                                      b'"completion_tokens": %d' % n)
+            part = doc * (1 if case == "endless_tokens" else 64)
+        writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+        await writer.drain()
+        await asyncio.sleep(0)
 
 
 def plain(status: str, doc: object) -> bytes:
@@ -125,21 +160,31 @@ async def main(port: int, case: str) -> None:
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while (path := await read_request(reader)) is not None:
-                close = False
+            while (req := await read_request(reader)) is not None:
+                path, headers = req
+                close, case = False, state["case"]
                 if path.startswith("/case/"):
                     state["case"] = path.removeprefix("/case/")
                     data = plain("200 OK", {"case": state["case"]})
-                elif path in INFO:
-                    data = plain("200 OK", INFO[path])
+                elif path in INFO:  # SGLang's server args hold its api_key: echoed, as a careless server would
+                    key = headers.get("authorization", "").removeprefix("Bearer ")
+                    data = plain("200 OK", INFO[path] | ({"api_key": key} if path == "/get_server_info" else {}))
+                elif path in API_OF and case.startswith("endless"):
+                    await endless(writer, case, API_OF[path])
+                    break
                 elif path in API_OF:
-                    data, close = response(state["case"], API_OF[path])
+                    key = headers.get("authorization", "").removeprefix("Bearer ")
+                    data, close = response(case, API_OF[path], key)
                 else:
                     data = plain("404 Not Found", {"error": "not found"})
                 writer.write(data)
                 await writer.drain()
                 if close:
                     break
+                if path in API_OF and case == "idle_bytes":
+                    await asyncio.sleep(0.05)  # the client has the connection back in its pool by now
+                    writer.write(b"HTTP/1.1 200 OK\r\nX-Unasked: 1\r\n\r\n")
+                    await writer.drain()
         except ConnectionError:
             pass
         finally:

@@ -17,21 +17,11 @@ from urllib.parse import urlsplit
 
 from .errors import ConfigError, UrlError
 from .records import APIS
+from .redaction import redact
 
 Check = Callable[[str, Any], Any]
 DEFAULT_LISTEN = "127.0.0.1:9753"
 ENV_PREFIX = "SPECWATCH_"
-
-
-def redact(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced: safe to print, log or put in a message."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url.rpartition("@")[2] if "@" in url else url
-    netloc, slash, tail = rest.partition("/")
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    return f"{scheme}://{netloc}{slash}{tail}"
 
 
 def parse_base_url(url: str) -> str:

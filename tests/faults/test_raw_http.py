@@ -47,8 +47,8 @@ def test_bench_against_the_raw_server(raw, case, api):
     use(server, case)
     out = tmp / f"{case}-{api}.json"
     p = subprocess.run(specwatch_cmd("bench", "--server-url", server.url, "--api", api, "--num-runs", "3",
-                                     "--warmup", "0", "--max-tokens", "8", "--read-timeout-s", "3",
-                                     "--request-timeout-s", "10", "--json", str(out)),
+                                     "--warmup", "0", "--max-tokens", "8", "--read-timeout-s", "1",
+                                     "--request-timeout-s", "5", "--json", str(out)),
                        capture_output=True, text=True, timeout=60, env={**_env(), "SPECWATCH_API_KEY": KEY})
     printed = p.stdout + p.stderr
     runs = json.loads(out.read_text())["runs"]
@@ -111,6 +111,39 @@ def test_the_daemon_against_the_raw_server(daemon, case):
     ROWS.append((case, "daemon", f"{want} x{int(delta[want])}, recovered (/healthz worst "
                                  f"{pinger.worst_healthz_s * 1000:.0f} ms, loop lag max "
                                  f"{m['specwatch_event_loop_lag_seconds'] * 1000:.0f} ms)"))
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize("case", ["endless_tokens", "endless_same"])
+def test_an_endless_fast_stream_neither_freezes_nor_bloats_the_daemon(daemon, case):
+    """Over the daemon's whole request deadline (10 s) of a server streaming as fast as it can: /healthz within
+    100 ms, RSS growth under 20 MB, every probe ended (at the token cap, or at the read timeout when no token
+    comes), none left to the deadline."""
+    d, server, pinger = daemon
+    want = EXPECTED[case]
+    first = outcomes(d.url)
+    use(server, case)
+    wait_until(lambda: outcomes(d.url)[want] > first[want], timeout_s=30, what=f"a first {want}")
+    before = outcomes(d.url)  # from here on, every probe met this case
+    pinger.reset()
+    rss0 = rss_bytes(d.popen.pid)
+    samples = []
+    wait_until(lambda: samples.append(rss_bytes(d.popen.pid)) or len(samples) > 100, timeout_s=30, every_s=0.1,
+               what="10 s of RSS samples")  # 100 samples, 0.1 s apart: the request deadline
+    use(server, "ok")
+    growth = max(samples) - rss0
+    assert growth < 20 * 2**20, f"RSS grew {growth / 2**20:.1f} MB"
+    assert pinger.worst_healthz_s < 0.1 and not pinger.failures
+    got = {k: v - before[k] for k, v in outcomes(d.url).items() if v != before[k]}
+    assert set(got) <= {want, "ok"} and got.get(want, 0) >= 2, got  # ok: the first probe after the switch back
+    ROWS.append((case, "daemon, 10 s", f"{want} x{int(got[want])}, RSS +{growth / 2**20:.1f} MB, "
+                                       f"/healthz worst {pinger.worst_healthz_s * 1000:.0f} ms"))
 
 
 def test_the_daemon_stops_on_sigterm_after_the_raw_rows(daemon):

@@ -120,3 +120,28 @@ def test_a_token_claim_beyond_the_bytes_received_is_a_stream_error():
     event = orjson.dumps({"text": "x", "meta_info": {"completion_tokens": 20_000_000, "finish_reason": None}})
     with pytest.raises(StreamError, match="claims 20000000 completion tokens after only"):
         a.handle(event, 10)
+
+
+def test_a_stream_is_bounded_by_the_tokens_asked_for_not_only_by_its_bytes():
+    """A request for 32 tokens that streams 200,000 (or endless chunks) is a stream_error at the cap, not an
+    ok record with millions of tok/s; the cap leaves one draft's overshoot (TOKEN_MARGIN)."""
+    from specwatch.probe.stream import TOKEN_MARGIN
+
+    a = Attempt(Target("spec", "http://x", "sglang", "m"), P, False, intended_ns=0, max_tokens=32)
+    assert not a.handle(sg(32 + TOKEN_MARGIN), 1)  # the most a server may overshoot by
+    with pytest.raises(StreamError, match=r"claims 200000 completion tokens, more than the 32 asked \(\+64\)"):
+        Attempt(Target("spec", "http://x", "sglang", "m"), P, False, 0, max_tokens=32).handle(
+            orjson.dumps({"text": "x" * 300_000, "meta_info": {"completion_tokens": 200_000}}), 1)
+    b = Attempt(Target("spec", "http://x", "completions", "m"), P, False, 0, max_tokens=32)
+    chunk = orjson.dumps({"choices": [{"index": 0, "text": "w", "finish_reason": None}]})
+    for i in range(32 + TOKEN_MARGIN):  # no usage at all: one chunk per token at most
+        assert not b.handle(chunk, i)
+    with pytest.raises(StreamError, match="more than 96 chunks for 32 tokens asked"):
+        b.handle(chunk, 99)
+    assert len(b.chunk_ns) == 96  # what is kept stays bounded
+
+
+def test_an_event_far_larger_than_its_stream_so_far_is_refused():
+    a = Attempt(Target("spec", "http://x", "sglang", "m"), P, False, 0, max_tokens=8)
+    with pytest.raises(StreamError, match=r"an event of \d+ bytes after 0 tokens"):
+        a.handle(b'{"text": "' + b"x" * (2 * 1024 * 1024) + b'", "meta_info": {"completion_tokens": 1}}', 1)

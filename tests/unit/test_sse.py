@@ -48,3 +48,15 @@ def test_unbounded_line_is_an_error():
     with pytest.raises(SSEError, match="without a newline"):
         for _ in range(20):
             p.feed(b"x" * (1 << 20))
+
+
+def test_bare_cr_line_endings_dispatch_each_event_in_the_read_that_ends_it():
+    from specwatch.probe.sse import SSEParser
+
+    p = SSEParser()
+    assert [e.data for e in p.feed(b"data: 1\r\r")] == [b"1"]  # not a read late
+    assert [e.data for e in p.feed(b"data: 2\r")] == []
+    assert [e.data for e in p.feed(b"\r")] == [b"2"]
+    assert [e.data for e in p.feed(b"data: 3\r")] == []  # CRLF split across reads: the LF is not a blank line
+    assert [e.data for e in p.feed(b"\n\r\n")] == [b"3"]
+    assert [e.data for e in p.feed(b"data: 4\r\n\r\n")] == [b"4"]

@@ -19,8 +19,9 @@ import aiohttp
 import orjson
 
 from ..errors import AuthError, ResponseTooLarge
-from ..options import default, redact
+from ..options import default
 from ..records import Outcome, RequestRecord
+from ..redaction import redact
 from .h1 import Exchange, Origin, Streams, wait_body
 from .stream import PATHS, Attempt, GenParams, build_payload
 
@@ -155,7 +156,7 @@ async def execute(streams: Streams, attempt: Attempt, params: GenParams, limits:
             return attempt.finish(Outcome.CONNECT_ERROR, time.monotonic_ns(), "connect timed out")
         except (OSError, ssl.SSLError) as exc:
             return attempt.finish(Outcome.CONNECT_ERROR, time.monotonic_ns(), f"cannot connect: {exc}")
-        ex = Exchange(attempt, loop)
+        ex = Exchange(attempt, loop, streams.secrets)
         conn.exchange = ex
         reusable = False
         watchdog: _Watchdog | None = None

@@ -18,6 +18,7 @@ import aiohttp
 
 from ..errors import AuthError, TargetError
 from ..records import MAX_ACCEPT_LENGTH, Api, ApiChoice, ServerKind, TargetName, vllm_accept_length
+from ..redaction import REDACTED, scrub
 from .client import get_json, get_text
 from .stream import Target
 
@@ -104,7 +105,7 @@ async def detect(session: aiohttp.ClientSession, base_url: str, api: ApiChoice =
             raise TargetError(f"{base_url} answers neither /get_server_info (SGLang) nor /v1/models (OpenAI)")
     if sglang and isinstance(info, dict):
         return ServerInfo(api=api, model=_first_model(models), speculative=bool(info.get("speculative_algorithm")),
-                          info=info, engine="sglang")
+                          info=without_secrets(info), engine="sglang")
     if _owned_by(models) == "vllm":
         version = await get_json(session, base_url + "/version")
         status, metrics = await get_text(session, base_url + "/metrics")
@@ -115,6 +116,15 @@ async def detect(session: aiohttp.ClientSession, base_url: str, api: ApiChoice =
         return ServerInfo(api=api, model=_first_model(models), speculative=bool(k) if status == 200 else None,
                           info=vinfo, engine="vllm")
     return ServerInfo(api=api, model=_first_model(models))
+
+
+SECRET_FIELD = re.compile(r"(?i)api_?key|token|secret|password|credential")
+
+
+def without_secrets(info: dict[str, Any]) -> dict[str, Any]:
+    """A server's own settings (SGLang's server args hold its ``api_key``) with every secret-looking field's
+    value replaced, since they are written to results files and shown."""
+    return {k: REDACTED if v and SECRET_FIELD.search(str(k)) else v for k, v in info.items()}
 
 
 def _owned_by(models: Any) -> str:
@@ -173,5 +183,6 @@ async def wait_for_target(session: aiohttp.ClientSession, name: TargetName, url:
                 delay = min(max_delay_s, delay * 2)
             continue
         on_up(name, True)
-        log.info("target %s: %s api=%s model=%s speculative=%s", name, url, info.api, info.model, info.speculative)
+        log.info("target %s: %s api=%s model=%s speculative=%s", name, url, info.api, scrub(info.model[:200]),
+                 info.speculative)
         return Target(name, url, info.api, info.model)

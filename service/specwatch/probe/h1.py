@@ -29,14 +29,16 @@ from urllib.parse import urlsplit
 
 from .. import __version__
 from ..errors import StreamError
-from ..options import default, redact
+from ..options import default
 from ..records import Outcome
+from ..redaction import redact, scrub
 from .h1parse import ResponseParser
 from .sse import SSEParser
 from .stream import Attempt
 
 log = logging.getLogger("specwatch")
 MAX_SNIPPET = 200
+MAX_PASS_BYTES = 64 * 1024  # one stream's bytes parsed per loop pass, at most (plus the read that crossed it)
 USER_AGENT = f"specwatch/{__version__}"
 
 
@@ -72,10 +74,11 @@ class Exchange:
     may carry another request."""
 
     __slots__ = ("_location", "_snippet", "_sse", "attempt", "bytes_ns", "done", "ended", "keep_alive", "parser",
-                 "seen", "status", "when_ns")
+                 "secrets", "seen", "status", "when_ns")
 
-    def __init__(self, attempt: Attempt, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, attempt: Attempt, loop: asyncio.AbstractEventLoop, secrets: tuple[str, ...] = ()) -> None:
         self.attempt = attempt
+        self.secrets = secrets  # never in an error text, whatever the server echoes
         self.done: asyncio.Future[Failure | None] = loop.create_future()
         self.ended: asyncio.Future[None] = loop.create_future()  # the body was read to its end, or lost
         self.parser = ResponseParser(self)
@@ -98,8 +101,9 @@ class Exchange:
             self.done.set_result(result)
 
     def fail(self, outcome: Outcome, error: str, status: int | None = None) -> None:
+        """Every failure's text passes here: server-supplied parts are scrubbed of secrets and control bytes."""
         self.keep_alive = False
-        self.resolve(Failure(outcome, error, status))
+        self.resolve(Failure(outcome, scrub(error, self.secrets), status))
 
     # ---- bytes in ---------------------------------------------------------------------------------
     def feed(self, data: bytes, now: int) -> None:
@@ -185,38 +189,64 @@ class Arrivals:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._queue: list[tuple[Connection, bytes, int]] = []
+        self._queue: list[tuple[Connection, Exchange, bytes, int]] = []
 
-    def add(self, conn: Connection, data: bytes) -> None:
+    def add(self, conn: Connection, ex: Exchange, data: bytes) -> None:
         q = self._queue
-        q.append((conn, data, time.monotonic_ns()))
+        q.append((conn, ex, data, time.monotonic_ns()))
         if len(q) == 1:
             self._loop.call_soon(self.drain)
 
     def drain(self) -> None:
         q, self._queue = self._queue, []
-        for conn, data, now in q:
-            ex = conn.exchange
-            if ex is not None:
+        for conn, ex, data, now in q:
+            if ex is conn.exchange:
                 ex.feed(data, now)
-            elif conn.transport is not None:  # an idle connection has nothing to say
-                conn.transport.close()
+            else:  # the bytes' request has ended since they arrived: they belong to none, and the connection
+                conn.lost = True  # is never reused
+                if conn.transport is not None:
+                    conn.transport.close()
+        for conn, _, _, _ in q:
+            conn.next_pass()
 
 
 class Connection(asyncio.Protocol):
-    __slots__ = ("arrivals", "exchange", "lost", "transport")
+    """One pooled connection. The loop reads a busy socket up to 32 times per pass; a stream that delivers more
+    than ``MAX_PASS_BYTES`` in one pass stops being read until its bytes are parsed, so no stream, however
+    fast, holds the loop for more than one bounded parse per pass (every other stream and /healthz go on)."""
+
+    __slots__ = ("arrivals", "exchange", "lost", "pass_bytes", "paused", "transport")
 
     def __init__(self, arrivals: Arrivals) -> None:
         self.arrivals = arrivals
         self.transport: asyncio.Transport | None = None
         self.exchange: Exchange | None = None
         self.lost = False
+        self.pass_bytes = 0  # received since the last parse
+        self.paused = False
+
+    def next_pass(self) -> None:
+        self.pass_bytes = 0
+        if self.paused:
+            self.paused = False
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        self.arrivals.add(self, data)
+        ex = self.exchange
+        if ex is None:  # bytes on an idle pooled connection belong to no request: never reuse it
+            self.lost = True
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self.arrivals.add(self, ex, data)
+        self.pass_bytes += len(data)
+        if self.pass_bytes > MAX_PASS_BYTES and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
 
     def eof_received(self) -> bool:
         return False
@@ -239,6 +269,7 @@ class Streams:
         self._open: set[Connection] = set()
         self.connect_s = connect_s
         self._auth = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
+        self.secrets = (api_key,) if api_key else ()
         self._ca_file = ca_file
         self._ssl: ssl.SSLContext | None = None
         self._arrivals: Arrivals | None = None

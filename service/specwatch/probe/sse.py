@@ -22,7 +22,7 @@ class SSEParser:
     """``MAX_PENDING_BYTES`` caps a line without its newline *and* one event's ``data:`` lines together, so
     neither a line that never ends nor an event spread over countless lines can grow memory unbounded."""
 
-    __slots__ = ("_buf", "_data", "_data_bytes", "_event", "_long", "_long_bytes")
+    __slots__ = ("_buf", "_data", "_data_bytes", "_event", "_long", "_long_bytes", "_skip_lf")
 
     def __init__(self) -> None:
         self._buf = b""
@@ -31,8 +31,13 @@ class SSEParser:
         self._data: list[bytes] = []
         self._data_bytes = 0
         self._event = ""
+        self._skip_lf = False  # the last read ended in CR: an LF first in the next completes that CRLF
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
         if b"\n" not in chunk and b"\r" not in chunk:  # the middle of a long line: keep it, copy nothing
             self._long.append(chunk)
             self._long_bytes += len(chunk)
@@ -43,9 +48,9 @@ class SSEParser:
             self._buf = b"".join([self._buf, *self._long])
             self._long, self._long_bytes = [], 0
         buf = self._buf + chunk if self._buf else chunk
-        hold = b""
-        if buf.endswith(b"\r"):  # may be the first half of a CRLF split across reads
-            buf, hold = buf[:-1], b"\r"
+        # a CR that ends the read ends its line now (bare-CR streams would otherwise dispatch every event a read
+        # late); if it was half of a CRLF, the LF that opens the next read is dropped
+        self._skip_lf = buf.endswith(b"\r")
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         events: list[SSEEvent] = []
@@ -55,12 +60,14 @@ class SSEParser:
             for block in blocks:
                 if block[:6] == b"data: " and b"\n" not in block:
                     events.append(SSEEvent("message", block[6:]))
+                elif block[:1] == b":" and b"\n" not in block:  # a keep-alive comment: nothing to do
+                    continue
                 else:  # anything else (comments, event:, several data lines, a stray blank) line by line
                     for line in block.split(b"\n"):
                         self._line(line, events)
                     self._line(b"", events)
         lines = buf.split(b"\n")
-        self._buf = lines.pop() + hold
+        self._buf = lines.pop()
         if len(self._buf) > MAX_PENDING_BYTES:
             raise SSEError(f"an SSE line exceeded {MAX_PENDING_BYTES} bytes without a newline")
         for line in lines:

@@ -39,6 +39,11 @@ class Target:
     model: str = "default"
 
 
+TOKEN_MARGIN = int(MAX_ACCEPT_LENGTH)  # a last verify round may overshoot max_tokens by at most one draft
+MAX_EVENT_BYTES = 1024 * 1024  # one event's data: this, plus as much per token so far (SGLang's text is
+MAX_EVENT_BYTES_PER_TOKEN = 1024  # cumulative, so events grow with the stream, never beyond this)
+
+
 @dataclass(frozen=True, slots=True)
 class GenParams:
     max_tokens: int = 256
@@ -78,6 +83,21 @@ def _spec_from_meta(meta: dict[str, Any], completion_tokens: int) -> SpecStats |
     )
 
 
+def choice_text(choices: Any) -> str:
+    """The text an OpenAI chunk's first choice carries (completions' ``text``, chat's ``delta`` content and
+    reasoning content); ``StreamError`` for anything but strings where text belongs."""
+    if not isinstance(choices, list):
+        raise StreamError("choices is not a list")
+    if not choices or not isinstance(choices[0], dict):
+        return ""
+    c = choices[0]
+    delta = c.get("delta")
+    parts = (delta.get("content"), delta.get("reasoning_content")) if isinstance(delta, dict) else (c.get("text"),)
+    if not all(p is None or isinstance(p, str) for p in parts):
+        raise StreamError("chunk text is not a string")
+    return "".join(p for p in parts if p)
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
@@ -108,11 +128,18 @@ class Attempt:
     keep_texts: bool = False  # ``--tokenizer``: keep chunk texts when counts are missing, for ``tokens.refine``
     chunk_texts: list[str] = field(default_factory=list)  # kept only then
     chunk_tokens_max: int | None = None  # set when counts were apportioned: each chunk holds 1..this
+    max_tokens: int | None = None  # asked for: bounds the tokens claimed and the chunks kept (None: unbounded)
+    token_cap: int = field(init=False)  # the most tokens (so chunks) it may carry: max_tokens + TOKEN_MARGIN
+
+    def __post_init__(self) -> None:
+        self.token_cap = 2**62 if self.max_tokens is None else self.max_tokens + TOKEN_MARGIN
 
     def handle(self, data: bytes, now: int) -> bool:
         """Consume one SSE data payload; True once the stream is complete ([DONE])."""
         if data == b"[DONE]":
             return True
+        if len(data) > MAX_EVENT_BYTES + self.tokens * MAX_EVENT_BYTES_PER_TOKEN:
+            raise StreamError(f"an event of {len(data)} bytes after {self.tokens} tokens (no server sends that)")
         self.data_bytes += len(data)
         try:
             obj = orjson.loads(data)
@@ -138,7 +165,20 @@ class Attempt:
             raise StreamError(f"completion_tokens is not a non-negative integer: {str(ct)[:40]!r}")
         if n > self.data_bytes:
             raise StreamError(f"claims {n} completion tokens after only {self.data_bytes} bytes")
+        if n > self.token_cap:
+            raise StreamError(f"claims {n} completion tokens, more than the {self.max_tokens} asked "
+                              f"(+{TOKEN_MARGIN})")
         return n
+
+    def _chunk(self, now: int, tokens: int, chars: int | None) -> None:
+        """Keep one token-bearing chunk; a stream with more chunks than the tokens it may carry is broken."""
+        if len(self.chunk_ns) >= self.token_cap:
+            raise StreamError(f"more than {self.token_cap} chunks for {self.max_tokens} tokens asked: an endless "
+                              "stream")
+        self.chunk_ns.append(now)
+        self.chunk_tokens.append(tokens)
+        if chars is not None:
+            self.chunk_chars.append(chars)
 
     def _sglang(self, obj: dict[str, Any], now: int) -> None:
         meta = obj.get("meta_info")
@@ -146,8 +186,7 @@ class Attempt:
             raise StreamError("chunk without meta_info.completion_tokens")
         ct = self._claim(meta["completion_tokens"])
         if ct > self.tokens:
-            self.chunk_ns.append(now)
-            self.chunk_tokens.append(ct - self.tokens)
+            self._chunk(now, ct - self.tokens, None)
             self.tokens = ct
         self.counted = True
         self.prompt_tokens = _int(meta.get("prompt_tokens")) or self.prompt_tokens
@@ -160,17 +199,7 @@ class Attempt:
 
     def _openai(self, obj: dict[str, Any], now: int) -> None:
         choices = obj.get("choices") or []
-        if not isinstance(choices, list):
-            raise StreamError("choices is not a list")
-        text = ""
-        if choices and isinstance(choices[0], dict):
-            c = choices[0]
-            delta = c.get("delta")
-            parts = (delta.get("content"), delta.get("reasoning_content")) if isinstance(delta, dict) \
-                else (c.get("text"),)
-            if not all(p is None or isinstance(p, str) for p in parts):
-                raise StreamError("chunk text is not a string")
-            text = "".join(p for p in parts if p)
+        text = choice_text(choices)
         usage = obj.get("usage")
         ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if isinstance(usage, dict):
@@ -180,14 +209,10 @@ class Attempt:
         if isinstance(ct, int) and choices:
             self.counted = True
             if ct > self.tokens:
-                self.chunk_ns.append(now)
-                self.chunk_tokens.append(ct - self.tokens)
-                self.chunk_chars.append(len(text))
+                self._chunk(now, ct - self.tokens, len(text))
                 self.tokens = ct
         elif text:
-            self.chunk_ns.append(now)
-            self.chunk_tokens.append(0)  # unknown until the final usage
-            self.chunk_chars.append(len(text))
+            self._chunk(now, 0, len(text))  # its tokens unknown until the final usage
             if self.keep_texts:
                 self.chunk_texts.append(text)
         if isinstance(ct, int) and not choices:

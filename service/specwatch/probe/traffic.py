@@ -89,6 +89,7 @@ class Traffic:
     async def one(self, intended_ns: int, warmup: bool = False) -> RequestRecord:
         target, prompt = self.cycle.next()
         attempt = Attempt(target=target, prompt=prompt, warmup=warmup, intended_ns=intended_ns,
+                          max_tokens=self.params.max_tokens,
                           keep_texts=self.keep_texts)
         self.in_flight[0] += 1
         mine = self.in_flight[0]  # the probe's own concurrency as it was sent, itself included
