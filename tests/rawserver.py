@@ -5,9 +5,10 @@ status of a thousand digits, two framings at once, TLS or HTTP/2 bytes, garbage 
     python tests/rawserver.py PORT CASE
 
 Every streaming request (SGLang ``/generate``, OpenAI ``/v1/completions`` and ``/v1/chat/completions``) is
-answered with CASE; ``GET /case/NAME`` switches the case (answered with a plain 200, for the daemon's rows);
-``/get_server_info`` and ``/v1/models`` answer as SGLang does, so ``--api auto`` detects it. A well-formed
-case streams ``TOKENS`` tokens, one per event, in the request's API's shape, and ends with ``[DONE]``.
+answered with CASE; ``GET /case/NAME`` switches the case (answered with a plain 200, for the daemon's rows),
+``GET /active`` counts the endless streams being sent; ``/get_server_info`` and ``/v1/models`` answer as
+SGLang does, so ``--api auto`` detects it. A well-formed case streams ``TOKENS`` tokens, one per event, in the
+request's API's shape, and ends with ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -156,21 +157,27 @@ def plain(status: str, doc: object) -> bytes:
 
 
 async def main(port: int, case: str) -> None:
-    state = {"case": case}
+    state: dict[str, str | int] = {"case": case, "active": 0}  # active: endless streams being sent now
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while (req := await read_request(reader)) is not None:
                 path, headers = req
-                close, case = False, state["case"]
-                if path.startswith("/case/"):
+                close, case = False, str(state["case"])
+                if path == "/active":
+                    data = plain("200 OK", {"active": state["active"]})
+                elif path.startswith("/case/"):
                     state["case"] = path.removeprefix("/case/")
                     data = plain("200 OK", {"case": state["case"]})
                 elif path in INFO:  # SGLang's server args hold its api_key: echoed, as a careless server would
                     key = headers.get("authorization", "").removeprefix("Bearer ")
                     data = plain("200 OK", INFO[path] | ({"api_key": key} if path == "/get_server_info" else {}))
-                elif path in API_OF and case.startswith("endless"):
-                    await endless(writer, case, API_OF[path])
+                elif path in API_OF and str(case).startswith("endless"):
+                    state["active"] = int(state["active"]) + 1
+                    try:
+                        await endless(writer, str(case), API_OF[path])
+                    finally:
+                        state["active"] = int(state["active"]) - 1
                     break
                 elif path in API_OF:
                     key = headers.get("authorization", "").removeprefix("Bearer ")

@@ -162,7 +162,7 @@ class ServerSample:
 
 @dataclass(frozen=True, slots=True)
 class LoopLag:
-    """The client's own event-loop lag over a run (``probe.lag.summary``): the worst interval's p99, the largest
+    """The client's own event-loop lag over a run (``probe.lag.loop_lag``): the worst interval's p99, the largest
     sample, how many intervals were distorted and when (the spans mark the requests that ran then)."""
 
     threshold_ms: float = 1.0

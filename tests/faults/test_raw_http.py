@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,7 +108,9 @@ def test_the_daemon_against_the_raw_server(daemon, case):
     assert d.popen.poll() is None and not pinger.failures
     assert pinger.worst_healthz_s < 0.1, f"/healthz took {pinger.worst_healthz_s * 1000:.0f} ms"
     printed = d.output()
-    assert "Traceback" not in printed and KEY not in printed and not CONTROL.search(printed)
+    assert "Traceback" not in printed and not CONTROL.search(printed)
+    shown = printed + http_get(d.url + "/metrics")[1].decode() + http_get(d.url + "/api/summary")[1].decode()
+    assert KEY not in shown  # the log, the metrics and the summary: whatever the server echoed
     ROWS.append((case, "daemon", f"{want} x{int(delta[want])}, recovered (/healthz worst "
                                  f"{pinger.worst_healthz_s * 1000:.0f} ms, loop lag max "
                                  f"{m['specwatch_event_loop_lag_seconds'] * 1000:.0f} ms)"))
@@ -146,6 +149,26 @@ def test_an_endless_fast_stream_neither_freezes_nor_bloats_the_daemon(daemon, ca
                                        f"/healthz worst {pinger.worst_healthz_s * 1000:.0f} ms"))
 
 
-def test_the_daemon_stops_on_sigterm_after_the_raw_rows(daemon):
-    d, _server, _pinger = daemon
-    assert d.stop(timeout_s=10) == 0  # within its 5 s drain timeout, with a clean exit
+def test_bench_workers_end_on_a_broken_stream_instead_of_waiting_for_a_stuck_worker(raw):
+    _procs, server, tmp = raw
+    use(server, "negative_chunk")  # the chunk size that once froze the parser, and the parent with it
+    out = tmp / "workers.json"
+    p = subprocess.run(specwatch_cmd("bench", "--server-url", server.url, "--api", "sglang", "--num-runs", "4",
+                                     "--warmup", "0", "--concurrency", "2", "--workers", "2", "--max-tokens", "8",
+                                     "--json", str(out)), capture_output=True, text=True, timeout=120, env=_env())
+    assert [r["outcome"] for r in json.loads(out.read_text())["runs"]] == ["stream_error"] * 4, p.stderr[-2000:]
+    assert p.returncode == 1 and "Traceback" not in p.stdout + p.stderr
+    ROWS.append(("negative_chunk", "bench --workers 2", "stream_error x4"))
+
+
+def test_sigterm_stops_the_daemon_within_its_drain_timeout_mid_endless_stream(daemon):
+    d, server, _pinger = daemon
+    use(server, "endless_same")  # a probe streaming as fast as the server can, until its read timeout
+    wait_until(lambda: json.loads(http_get(server.url + "/active")[1])["active"] > 0, timeout_s=30,
+               what="an endless probe under way")
+    t0 = time.monotonic()
+    code = d.stop(timeout_s=10)
+    took = time.monotonic() - t0
+    use(server, "ok")
+    assert code == 0 and took < 5 + 2, f"exit {code} after {took:.1f} s"  # the 5 s drain timeout, plus start-up
+    ROWS.append(("endless_same", "daemon SIGTERM", f"exit 0 in {took:.1f} s (drain timeout 5 s)"))

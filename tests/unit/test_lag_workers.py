@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from specwatch.probe.lag import LagMonitor, summary
+from specwatch.probe.lag import LagMonitor, loop_lag
 from specwatch.probe.traffic import TrafficPlan
 from specwatch.probe.workers import shares, split
 
@@ -22,12 +22,12 @@ def test_samples_over_the_threshold_at_p99_flag_the_interval():
         m.record_ns(3_000_000)  # 10% at 3 ms: p99 is 3 ms
     iv = m.close()
     assert iv.distorted and iv.p99_s == pytest.approx(3e-3, rel=0.01) and iv.samples == 100
-    s = summary(m.intervals)
+    s = loop_lag(m.intervals)
     assert (s.intervals, s.distorted_intervals) == (2, 1)
     assert s.worst_interval_p99_ms == pytest.approx(3.0, rel=0.01)
     assert s.overlaps(iv.start_ns, iv.end_ns)
     assert not s.overlaps(iv.end_ns + 1, iv.end_ns + 2)
-    both = summary(m.intervals + m.intervals)  # two workers' intervals, as --workers sums them
+    both = loop_lag(m.intervals + m.intervals)  # two workers' intervals, as --workers sums them
     assert (both.intervals, both.distorted_intervals, both.samples) == (4, 2, 2 * s.samples)
 
 

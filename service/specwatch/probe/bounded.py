@@ -126,7 +126,7 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
         setup = ProbeSetup(plan, [Target("spec", spec.server_url, info.api, info.model)], plist, params,
                            spec.timeouts, spec.access, spec.workers, spec.tokenizer is not None)
         intervals = await run_probes(setup, printer, asyncio.Event(), lag_mod.LagMonitor(interval_s=1.0))
-        lag = lag_mod.summary(intervals) if intervals else LoopLag()
+        lag = lag_mod.loop_lag(intervals) if intervals else LoopLag()
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
     steps, draft_tokens = speculation_of(info.engine, info.info) if info.info else (None, None)

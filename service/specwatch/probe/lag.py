@@ -80,7 +80,7 @@ class LagMonitor:
         return iv
 
 
-def summary(intervals: list[LagInterval], threshold_s: float = THRESHOLD_S) -> LoopLag:
+def loop_lag(intervals: list[LagInterval], threshold_s: float = THRESHOLD_S) -> LoopLag:
     """The run's lag as the results document reports it (``event_loop_lag``): the worst interval's p99, the
     largest sample, and how many intervals were distorted (with ``--workers``, every worker's intervals)."""
     p99 = [iv.p99_s for iv in intervals if iv.p99_s is not None]

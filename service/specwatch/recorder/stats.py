@@ -147,7 +147,7 @@ class Stats:
         h = self.hists.get(name)
         return 0 if h is None else int(h.get_total_count())
 
-    def summary(self, name: str) -> Quantiles:
+    def quantiles_of(self, name: str) -> Quantiles:
         q = self.quantiles(name)
         return Quantiles(p50=q[0.5], p90=q[0.9], p99=q[0.99], mean=self.mean(name), count=self.count(name),
                          sum=self.sums.get(name, 0.0) / unit(name))
@@ -162,7 +162,7 @@ class Stats:
             accept_length=self.accept_length, server_reported_accept_length=self.server_accept_length,
             tokens_per_chunk=self.mean("tokens_per_chunk"), position_acceptance=self.position_acceptance,
             approximated_requests=self.approx_requests,
-            latency_s={m: self.summary(m) for m in LATENCY_METRICS})
+            latency_s={m: self.quantiles_of(m) for m in LATENCY_METRICS})
 
     @property
     def decode_tokens_per_second(self) -> float | None:
