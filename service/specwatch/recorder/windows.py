@@ -48,7 +48,6 @@ class Recorder:
         self._closed = 0
         self.current: dict[str, Stats] = collections.defaultdict(self._new)
         self.cumulative: dict[str, Stats] = collections.defaultdict(self._new)
-        self.warmup_requests = 0
         self.interval_start_ns = time.monotonic_ns()
         self.windows: dict[int, Part] = {}
 
@@ -61,8 +60,7 @@ class Recorder:
         return oor
 
     def record(self, rec: RequestRecord, obs: Observations | None = None) -> None:
-        if rec.warmup:
-            self.warmup_requests += 1
+        if rec.warmup:  # recorded apart by the probe (its record says so) and discarded here
             return
         self.current[rec.target].add(rec, obs)
 
