@@ -39,7 +39,7 @@ def test_a_servers_own_settings_are_written_without_their_secrets():
     from specwatch.probe.detect import without_secrets
 
     info = {"api_key": "sk-live-0123456789", "admin_api_key": "x" * 8, "hf_token": "t" * 8, "model_path": "m",
-            "speculative_num_steps": 3, "api_key_unset": None}
-    assert without_secrets(info) == {"api_key": "<redacted>", "admin_api_key": "<redacted>",
-                                     "hf_token": "<redacted>", "model_path": "m", "speculative_num_steps": 3,
-                                     "api_key_unset": None}
+            "speculative_num_steps": 3, "speculative_num_draft_tokens": 4, "max_total_tokens": 9,
+            "ssl_keyfile": "/k.pem", "tokenizer_path": "t", "unset_key": None}
+    assert without_secrets(info) == info | {"api_key": "<redacted>", "admin_api_key": "<redacted>",
+                                            "hf_token": "<redacted>"}  # settings that count tokens stay

@@ -118,7 +118,8 @@ async def detect(session: aiohttp.ClientSession, base_url: str, api: ApiChoice =
     return ServerInfo(api=api, model=_first_model(models))
 
 
-SECRET_FIELD = re.compile(r"(?i)api_?key|token|secret|password|credential")
+# a name that ends in a secret's word: api_key, admin_api_key, hf_token; not num_draft_tokens or ssl_keyfile
+SECRET_FIELD = re.compile(r"(?i)(?:^|_)(?:api_?key|key|token|secret|password|passwd|credentials?)$")
 
 
 def without_secrets(info: dict[str, Any]) -> dict[str, Any]:
