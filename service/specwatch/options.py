@@ -290,16 +290,13 @@ def api_key(values: Mapping[str, Any]) -> str | None:
 
 
 def key_source(api_key_file: str | None, api_key: str | None, env_name: str = "SPECWATCH_API_KEY") -> str:
-    """Where the target's API key came from, for the message when the target refuses it (never the key)."""
+    """What to say when the target refuses our credentials: where the key came from (never the key), or
+    where to give one."""
     if api_key_file:
-        return f"the API key read from {api_key_file}"
+        return f"the target refuses the API key read from {api_key_file}"
     if api_key:
-        return f"the API key from {env_name}"
-    return "no API key (give it in SPECWATCH_API_KEY or --api-key-file)"
-
-
-def auth_message(exc: Exception, source: str) -> str:
-    return f"{exc}: the target refuses {source}" if not source.startswith("no ") else f"{exc}: {source}"
+        return f"the target refuses the API key from {env_name}"
+    return "it needs an API key: give it in SPECWATCH_API_KEY or --api-key-file"
 
 
 def layer(defaults: Mapping[str, Any], flags: Mapping[str, Any], environ: Mapping[str, str] | None,

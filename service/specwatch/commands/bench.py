@@ -28,7 +28,7 @@ async def bench(spec: BenchSpec, tokenizer: Tokenizer | None = None, key_source:
     try:
         info, records = await collect(spec)
     except AuthError as exc:
-        print(f"specwatch bench: {options.auth_message(exc, key_source)}", file=sys.stderr)
+        print(f"specwatch bench: {exc}: {key_source}", file=sys.stderr)
         return 2
     except (TargetError, WorkerError) as exc:
         print(f"specwatch bench: {exc}", file=sys.stderr)

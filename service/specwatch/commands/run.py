@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         auth = eg.subgroup(AuthError)
         if auth is not None:
             source = options.key_source(cfg.api_key_file, cfg.api_key, "SPECWATCH_API_KEY or the config's api_key")
-            print(f"specwatch run: {options.auth_message(auth.exceptions[0], source)}", file=sys.stderr)
+            print(f"specwatch run: {auth.exceptions[0]}: {source}", file=sys.stderr)
             return 2
         for failure in eg.exceptions:
             log.error("a long-lived task failed: %r", failure, exc_info=failure)

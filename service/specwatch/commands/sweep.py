@@ -357,7 +357,7 @@ def main(argv: list[str]) -> int:
     try:
         results, interrupted = run_all(sw, todo, out)
     except AuthError as exc:
-        print(f"specwatch sweep: {options.auth_message(exc, options.key_source(sw.api_key_file, sw.api_key))}",
+        print(f"specwatch sweep: {exc}: {options.key_source(sw.api_key_file, sw.api_key)}",
               file=sys.stderr)
         return 2
     except RecordFileError as exc:
