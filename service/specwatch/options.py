@@ -9,6 +9,7 @@ command turns the validated values into its own typed settings.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -121,6 +122,18 @@ def int_list(key: str, v: Any) -> str:
     return ",".join(str(n) for n in sorted({int(p) for p in parts}))
 
 
+def json_object(key: str, v: Any) -> str:
+    s = typed(str)(key, v)
+    try:
+        ok = isinstance(json.loads(s), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"{key}: must be a JSON object, e.g. "
+                          "'{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'")
+    return s
+
+
 def ratio(key: str, v: Any) -> float:
     x = float(typed(float)(key, v))
     if not 0 <= x < 1:
@@ -229,6 +242,9 @@ OPTIONS: dict[str, Option] = {
     "grace_s": Option(positive(float, DAY_S), "seconds between SIGTERM and SIGKILL when stopping a server",
                       default=20.0),
     "out": Option(typed(str), "output directory", default='sweep-out'),
+    "speculative_config": Option(json_object, "vLLM: the speculative targets' own --speculative-config JSON (with "
+                                              "--targets; --launch commands are read), so the per-load schedule is "
+                                              "printed as a whole flag"),
     "concurrency_levels": Option(int_list, "closed loop: streams in flight; a list (1,4,16,32) benches every "
                                            "configuration at each", flag_name="concurrency", default='1'),
 }

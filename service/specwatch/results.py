@@ -158,6 +158,7 @@ class ConfigResult:
     error: str = ""
     command: str | None = None
     server_info: dict[str, Any] = field(default_factory=dict)
+    speculative_config: dict[str, Any] | None = None  # vLLM: the --speculative-config it ran (sweep's option)
     steps: int = 0  # draft steps (0: plain decoding)
     draft_tokens: int = 1  # verify width
     log_accept_length: float | None = None  # pooled from the server's log lines over the whole configuration

@@ -209,8 +209,13 @@ def test_every_generations_lines_match_the_reference_and_parse(tmp_path, generat
 
 @pytest.mark.parametrize(("config", "message"), [
     ('{"method": "ngram"}', "key 'num_speculative_tokens' must be an integer"),
-    ('{"method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 8, 3]]}',
-     "key 'num_speculative_tokens_per_batch_size' cannot be simulated"),
+    ('{"method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[2, 8, 3]]}',
+     "The first batch-size range must start at 1"),  # vLLM's own message
+    ('{"method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": {"1-8": 3}}',
+     "must be a non-empty list"),  # the dict form of the PR's early comments is not what shipped
+    ('{"method": "medusa", "num_speculative_tokens": 3}', "key 'method': 'medusa' is not one of"),  # gone in 0.33
+    ('{"method": "ngram", "num_speculative_tokens": 3, "speculative_disable_by_batch_size": 4}',
+     "key 'speculative_disable_by_batch_size' cannot be simulated"),  # V0's, gone
     ('{"method": "lookahead", "num_speculative_tokens": 3}', "key 'method': 'lookahead' is not one of"),
     ('{"num_speculative_tokens": 3}', "key 'method' is required"),
     ('{"method": "ngram", "num_speculative_tokens": true}', "key 'num_speculative_tokens' must be an integer"),

@@ -53,11 +53,15 @@ def test_sweep_over_concurrency_finds_each_crossover_and_prints_the_schedule(tmp
                for ln in p.stdout.splitlines()), p.stdout[-3000:]
     # per load band: speculation (k=3 or 7) at low load, and the schedule ready to paste
     assert "concurrency    1: steps=" in p.stdout
-    sched = next(ln for ln in p.stdout.splitlines() if "num_speculative_tokens_per_batch_size" in ln)
-    ranges = json.loads(sched.split("'")[1])["num_speculative_tokens_per_batch_size"]
+    sched = next(ln for ln in p.stdout.splitlines() if ln.startswith("Schedule (batch sizes lo-hi"))
+    ranges = [tuple(map(int, part.replace("-", " ").replace(":", " ").split()))
+              for part in sched.split("): ")[1].split(", ")]
     assert ranges[0][0] == 1 and ranges[0][2] in (3, 7)
     assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
-    assert "SGLang:" in p.stdout
+    # an SGLang server (the simulator is 0.5.23, EAGLE3 topk 1): only SGLang's flags, with the slots file
+    assert "vLLM" not in p.stdout.split("Schedule (batch sizes")[1].split("Batch term")[0]
+    if len({k for _, _, k in ranges}) > 1:
+        assert "--speculative-adaptive-config" in p.stdout and (out / "sglang-adaptive.json").exists()
     # the baseline curve: plain decoding's per-stream rate at each load, falling with load
     curve = baseline_mod.read(str(out / "baseline-curve.json"))
     assert [pt.running for pt in curve.points] == [float(n) for n in LEVELS]

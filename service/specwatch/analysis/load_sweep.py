@@ -25,6 +25,7 @@ from .baseline import BaselineCurve, CurvePoint
 from .by_load import crossover
 from .compare import Margin, margin
 from .cost_model import Fit
+from .engine_flags import EngineAdvice, advise, setup_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,23 +87,6 @@ def schedule(bs: list[Band], top: int | None = None) -> list[tuple[int, int, int
         else:
             out.append((lo, hi, b.steps))
     return out
-
-
-def vllm_schedule(ranges: list[tuple[int, int, int]]) -> str:
-    return '{"num_speculative_tokens_per_batch_size": [' + ", ".join(f"[{lo}, {hi}, {k}]" for lo, hi, k in ranges) \
-        + "]}"
-
-
-def sglang_advice(bs: list[Band]) -> str:
-    above = next((b for b in bs if b.steps == 0), None)
-    if above is None:
-        return "SGLang: speculation wins at every concurrency measured"
-    if above is bs[0]:
-        return "SGLang: plain decoding wins from the lowest concurrency measured: run without speculation"
-    prev = bs[bs.index(above) - 1]
-    return (f"SGLang: plain decoding wins above about {math.floor(math.sqrt(prev.concurrency * above.concurrency))} "
-            f"running requests (between {prev.concurrency} and {above.concurrency}): use --speculative-adaptive, "
-            "or route loads above that to a replica without speculation (--max-running-requests splits)")
 
 
 def baseline_curve(results: Sequence[ConfigResult], source: str) -> BaselineCurve | None:
@@ -171,8 +155,16 @@ def fit_batch(results: Sequence[ConfigResult], base: Fit) -> BatchFit | None:
     return BatchFit(base, a, t, len(rows))
 
 
-def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: range) -> str:
-    """The per-concurrency verdicts, the schedule and (with a single-stream fit) the batch model."""
+def engine_advice(results: Sequence[ConfigResult], out_dir: str = "") -> list[EngineAdvice]:
+    """The schedule the bands give, as the complete flags of the sweep's engine (``engine_flags``)."""
+    bs = bands(results)
+    return advise(schedule(bs), setup_of(results), out_dir) if bs else []
+
+
+def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: range,
+           advice: Sequence[EngineAdvice] = ()) -> str:
+    """The per-concurrency verdicts, the schedule with the engine flags that apply it, and (with a
+    single-stream fit) the batch model."""
     bs = bands(results)
     if not bs:
         return ""
@@ -186,8 +178,9 @@ def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: ran
             ("already at the lowest load" if cross <= min(levels(results)) else f"at ~{cross:.1f} running requests")
         lines.append(f"  {label} crosses plain decoding {text}")
     ranges = schedule(bs)
-    lines += ["", "Schedule (k = draft tokens, 0 = plain decoding):",
-              f"  vLLM: --speculative-config '{vllm_schedule(ranges)}'", "  " + sglang_advice(bs)]
+    lines += ["", "Schedule (batch sizes lo-hi: k draft steps, 0 = plain decoding): "
+              + ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in ranges)]
+    lines += [a.text() for a in advice]
     if base is not None:
         bf = fit_batch(results, base)
         if bf is not None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .. import codec
-from ..analysis import advisor, cost_model
+from ..analysis import advisor, cost_model, load_sweep
 from ..errors import AnalysisError, RecordFileError
-from ..results import SweepDoc
+from ..results import SweepDoc, levels
 
 
 def main(argv: list[str]) -> int:
@@ -31,4 +32,11 @@ def main(argv: list[str]) -> int:
         return 2
     base = next((m.decode_tokens_per_second for m in ms if m.steps == 0), None)
     print(advisor.report(ms, f, base, range(1, max(a.max_steps, *(m.steps for m in ms)) + 1)))
+    if len(levels(doc.configurations)) > 1:  # a sweep over load: its schedule and the flags that apply it
+        out = Path(a.src).parent
+        advice = load_sweep.engine_advice(doc.configurations, str(out))
+        for adv in advice:
+            for name, content in adv.files:
+                (out / name).write_text(content + "\n", encoding="utf-8")
+        print("\n" + load_sweep.report(doc.configurations, None, range(0), advice))
     return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import json
 import os
 import re
 import signal
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import codec, options
-from ..analysis import advisor, cost_model, load_sweep
+from ..analysis import advisor, cost_model, engine_flags, load_sweep
 from ..analysis import baseline as baseline_mod
 from ..analysis.bench_results import analyse
 from ..analysis.server_log import SamplePool
@@ -70,6 +71,7 @@ class SweepSpec:
     ready_timeout_s: float = default("ready_timeout_s")
     grace_s: float = default("grace_s")
     out: str = default("out")
+    speculative_config: str | None = default("speculative_config")
 
     def __repr__(self) -> str:
         return f"SweepSpec(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"
@@ -169,7 +171,10 @@ def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResu
         if info.steps is None and n.isdigit():  # an OpenAI-only server does not say: trust the template
             steps, draft_tokens = int(n), int(n) + 1
         lowest = by_c[min(by_c)]
-        result = replace(result, status="ok", server_info=info.server_info, steps=steps, draft_tokens=draft_tokens,
+        spec_cfg = engine_flags.speculative_config_of(result.command) if result.command else \
+            (json.loads(sw.speculative_config) if sw.speculative_config and steps else None)
+        result = replace(result, status="ok", server_info=info.server_info, speculative_config=spec_cfg,
+                         steps=steps, draft_tokens=draft_tokens,
                          log_accept_length=log_al, log_position_acceptance=log_pos, results=lowest.results,
                          runs=lowest.runs, by_concurrency=by_c)
     except AuthError:
@@ -279,7 +284,11 @@ def by_load(results: list[ConfigResult], out: Path) -> str:
     ms = advisor.from_results(at_level(results, cs[0]))
     base = cost_model.fit(ms) if len(ms) >= 3 else None
     steps = range(1, max(8, *(m.steps for m in ms)) + 1) if ms else range(1, 9)
-    text = load_sweep.report(results, base, steps)
+    advice = load_sweep.engine_advice(results, str(out))
+    for a in advice:
+        for name, content in a.files:
+            (out / name).write_text(content + "\n", encoding="utf-8")
+    text = load_sweep.report(results, base, steps, advice)
     print("\n" + text)
     curve = load_sweep.baseline_curve(results, f"specwatch sweep, {time.strftime('%Y-%m-%d %H:%M')}")
     if curve is not None:

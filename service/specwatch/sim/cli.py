@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import logfmt, model
+from . import logfmt, model, steps
 from .engine import Engine, EngineSettings
 from .faults import FaultPlan
 from .native import NativeAPI
@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--speculative-adaptive", action="store_true",
+                   help="SGLang 0.5.23's adaptive step count (EAGLE/EAGLE3, topk 1): per-batch-size slots")
+    p.add_argument("--speculative-adaptive-config", default=None,
+                   help='slots JSON file: {"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}}')
+    p.add_argument("--cuda-graph-bs", type=int, nargs="+", default=None,
+                   help="the simulated CUDA-graph batch sizes adaptive slots pad to (default 1, 2, 4, 8, 16, …)")
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--stream-interval", type=int, default=1)
     p.add_argument("--ignore-continuous-usage-stats", action="store_true",
@@ -93,7 +99,33 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                                                 args.speculative_eagle_topk, args.speculative_num_draft_tokens)
     except ValueError as exc:
         parser.error(str(exc))
+    args.adaptive, args.adaptive_off = adaptive_policy(args, parser)
     return args, unknown
+
+
+def adaptive_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[steps.AdaptiveSteps | None,
+                                                                                       str]:
+    """``--speculative-adaptive`` as SGLang 0.5.23 takes it: (the policy, or None with the reason it falls back
+    to static steps); a launch step that is no candidate refuses to start."""
+    spec: model.SpecConfig = args.spec
+    if not args.speculative_adaptive:
+        return None, ""
+    why = ""
+    if not spec.enabled:
+        why = "speculative decoding is not enabled"
+    elif spec.algorithm not in steps.ADAPTIVE_ALGORITHMS:
+        why = f"speculative_algorithm={spec.algorithm} is not EAGLE/EAGLE3"
+    elif spec.topk != 1:
+        why = f"speculative_eagle_topk={spec.topk} (only topk=1 is supported)"
+    if why:
+        return None, f"speculative_adaptive disabled: {why}. Falling back to static speculative params."
+    max_running = args.max_running_requests or 48
+    graphs = args.cuda_graph_bs or steps.default_graph_sizes(max(max_running, 8))
+    try:
+        return steps.AdaptiveSteps.build(steps.adaptive_slots(args.speculative_adaptive_config), spec.num_steps,
+                                         graphs), ""
+    except steps.StepsConfigError as exc:
+        parser.error(str(exc))
 
 
 def server_args(args: argparse.Namespace, spec: model.SpecConfig, max_running: int) -> dict[str, Any]:
@@ -107,7 +139,8 @@ def server_args(args: argparse.Namespace, spec: model.SpecConfig, max_running: i
         "speculative_num_draft_tokens": spec.num_draft_tokens if spec.enabled else None,
         "decode_log_interval": args.decode_log_interval, "stream_interval": args.stream_interval,
         "enable_metrics": args.enable_metrics, "max_running_requests": max_running,
-        "log_level": args.log_level,
+        "log_level": args.log_level, "speculative_adaptive": args.speculative_adaptive,
+        "speculative_adaptive_config": args.speculative_adaptive_config, "cuda_graph_bs": args.cuda_graph_bs,
     }
 
 
@@ -124,10 +157,12 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
         profile=sim_profile(args), spec=spec, max_running_requests=max_running,
         decode_log_interval=args.decode_log_interval, stream_interval=args.stream_interval, log_family=family,
         log_decode=args.log_level in ("debug", "info"), log_ms=os.environ.get("SGLANG_LOG_MS", "") in ("1", "true"),
-        seed=args.seed,
+        seed=args.seed, steps=args.adaptive,
     )
     if unknown:
         info(f"specwatch sim: ignoring flags it does not simulate: {' '.join(unknown)}")
+    if args.adaptive_off:
+        info(args.adaptive_off)
     engine = Engine(settings, sink)
     metrics = SGLangMetrics(args.served_model_name or args.model_path, engine) if args.enable_metrics else None
     if metrics is not None:

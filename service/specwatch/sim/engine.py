@@ -15,8 +15,8 @@ import random
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from . import logfmt, model
 from .decode_log import DecodeLog
@@ -49,6 +49,7 @@ class SimRequest:
     unsent: int = 0
     verify_ct: int = 0
     accepted_drafts: int = 0
+    draft_tokens: int = 0  # drafts proposed over its verify rounds (the step count can change per round)
     hist: list[int] = field(default_factory=list)
     arrival_ns: int = 0
     first_ns: int = 0
@@ -103,11 +104,12 @@ def verify(r: SimRequest, batch_size: int, rng: random.Random, spec: model.SpecC
     r.rounds += 1
     if not spec.enabled:
         return min(1, r.limit - r.completion_tokens)
-    acc = model.draw_accepted(rng, r.cond)
+    acc = model.draw_accepted(rng, r.cond[:spec.num_steps])
     r.verify_ct += 1
     r.hist[acc] += 1
     n = min(acc + 1, r.limit - r.completion_tokens)
     r.accepted_drafts += n - 1
+    r.draft_tokens += spec.num_draft_tokens - 1
     t.drafts += 1
     t.draft_tokens += spec.num_steps
     for i in range(n - 1):
@@ -146,6 +148,13 @@ class EngineSettings:
     log_ms: bool = False
     seed: int | None = None
     draft_cost: float = 1.0  # 0 for proposers that run no model (vLLM's ngram): drafting is a lookup
+    steps: StepPolicy | None = None  # the engine's per-step draft count (a schedule, SGLang's adaptive)
+
+
+class StepPolicy(Protocol):
+    def steps_for(self, batch_size: int) -> int: ...
+
+    def observe(self, batch_size: int, accepted_drafts: int, requests: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -183,6 +192,7 @@ class Engine:
         self.on_abort: Callable[[SimRequest], None] | None = None
         self.on_step: Callable[[SimRequest, int, int], None] | None = None  # (request, tokens, now_ns) per round
         self.totals = Totals(accepted_pos=[0] * settings.spec.num_steps)
+        self.current_steps = settings.spec.num_steps  # the last decode step's draft count (sglang:spec_num_steps)
 
     # ---- control -----------------------------------------------------------------------------
     def set_profile(self, profile: model.Profile) -> None:
@@ -264,21 +274,34 @@ class Engine:
                 input_throughput=new_tokens / elapsed if elapsed > 0 else 0.0, iteration=self.prefill_ct,
             ), time.time(), self.s.log_ms))
 
+    def spec_at(self, batch_size: int) -> model.SpecConfig:
+        """The speculative settings of a decode step of ``batch_size`` requests (the launch settings unless a
+        step policy picks another count, at most the launch one; 0 drafts none)."""
+        spec, policy = self.s.spec, self.s.steps
+        if policy is None or not spec.enabled:
+            return spec
+        k = max(0, min(spec.num_steps, policy.steps_for(batch_size)))
+        return spec if k == spec.num_steps else replace(spec, num_steps=k, num_draft_tokens=k + 1)
+
     async def _decode_round(self) -> None:
         batch = list(self.running)
-        now = await self.pace.sleep_for(model.cycle_ms(self.s.profile, self.s.spec, len(batch), self.s.draft_cost))
-        produced = accepted_total = 0
         bs = len(batch)
+        spec = self.spec_at(bs)
+        self.current_steps = spec.num_steps
+        now = await self.pace.sleep_for(model.cycle_ms(self.s.profile, spec, bs, self.s.draft_cost))
+        produced = accepted_total = 0
         for r in batch:
             if r.finish_reason is not None:
                 continue
-            n = verify(r, bs, self.rng, self.s.spec, self.totals)
-            accepted_total += n - 1 if self.s.spec.enabled else 0
+            n = verify(r, bs, self.rng, spec, self.totals)
+            accepted_total += n - 1 if spec.enabled else 0
             produced += n
             if self.on_step is not None:
                 self.on_step(r, n, now)
             self._append_tokens(r, n, now)
         self.totals.accepted += accepted_total
+        if self.s.steps is not None:
+            self.s.steps.observe(bs, accepted_total, bs)
         self.rounds.append((now, bs, produced))
         self.forward_ct_decode += 1
         self.log.add_round(bs, accepted_total, produced)

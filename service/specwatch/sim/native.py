@@ -86,7 +86,7 @@ class NativeAPI(Handlers):
             meta["e2e_latency"] = round((req.last_ns - req.arrival_ns) / 1e9, 6)
             spec = self.engine.s.spec
             if spec.enabled and req.verify_ct > 0:
-                proposed = req.verify_ct * (spec.num_draft_tokens - 1)
+                proposed = req.draft_tokens
                 meta.update({
                     "spec_accept_rate": req.accepted_drafts / proposed if proposed else 0.0,
                     "spec_accept_length": req.completion_tokens / req.verify_ct,

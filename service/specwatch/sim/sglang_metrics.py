@@ -75,4 +75,8 @@ class SGLangMetrics:
         g["gen_throughput"].labels(**lab).set(e.log.last_gen_throughput)
         g["spec_accept_length"].labels(**lab).set(e.log.last_accept_length)
         g["spec_accept_rate"].labels(**lab).set(e.log.last_accept_rate)
+        if e.s.spec.enabled:  # the running step count (SGLang reads it from the draft worker: adaptive moves it)
+            g["spec_num_steps"].labels(**lab).set(e.current_steps)
+            g["spec_num_draft_tokens"].labels(**lab).set(e.current_steps + 1 if e.s.spec.topk == 1
+                                                         else e.s.spec.num_draft_tokens)
         return generate_latest(self.registry)

@@ -82,7 +82,7 @@ class VLLMAPI(Handlers):
         spec = self.engine.s.spec
         if self.spec_metrics == "none" or not spec.enabled or req.verify_ct == 0:
             return None
-        drafted = req.verify_ct * spec.num_steps
+        drafted = req.draft_tokens
         return {"speculative_decoding": {
             "mean_acceptance_length": 1.0 + req.accepted_drafts / req.verify_ct,
             "draft_acceptance_rate": req.accepted_drafts / drafted if drafted else 0.0,

@@ -4,11 +4,14 @@ own flags for what it simulates.
     specwatch sim --engine vllm [serve] [MODEL] --port 8000 \\
         --speculative-config '{"method": "eagle3", "num_speculative_tokens": 3}' --max-num-seqs 64
 
-``--speculative-config`` is vLLM's JSON: ``method`` and ``num_speculative_tokens`` are simulated (``ngram``
-and ``suffix`` propose by lookup, so their drafting costs nothing; model-based methods pay the profile's
-draft step), the keys that only tune a real drafter are accepted and ignored, any other key is refused
-with its name. Stats lines every ``VLLM_LOG_STATS_INTERVAL`` seconds (default 10) unless
-``--disable-log-stats``; ``--log-format`` picks the vLLM generation whose line shapes to print.
+``--speculative-config`` is vLLM's JSON: ``method``, ``num_speculative_tokens`` and the per-batch-size
+schedule ``num_speculative_tokens_per_batch_size`` are simulated (``ngram`` and ``suffix`` propose by
+lookup, so their drafting costs nothing; model-based methods pay the profile's draft step; under a schedule
+each engine step drafts the K its batch size gets, as ``sim.steps`` describes), the keys that only tune a
+real drafter are accepted and ignored, any other key is refused with its name. The methods are 0.33.0's
+(``medusa`` and ``mlp_speculator`` were dropped there). Stats lines every ``VLLM_LOG_STATS_INTERVAL``
+seconds (default 10) unless ``--disable-log-stats``; ``--log-format`` picks the vLLM generation whose line
+shapes to print.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from . import model, vllm_logfmt
+from . import model, steps, vllm_logfmt
 from .engine import Engine, EngineSettings
 from .faults import FaultPlan
 from .serve import LogSink, add_sim_flags, check_sim_flags, explain_text, require_key, run_server, sim_profile
@@ -35,9 +39,13 @@ from .wire import ServerIdentity
 
 VLLM_VERSION = "0.33.0"
 # method -> draft cost: lookup proposers run no model
+# (0.33.0's methods; medusa and mlp_speculator were dropped in 0.33.0)
 METHODS = {"ngram": 0.0, "ngram_gpu": 0.0, "suffix": 0.0, "eagle": 1.0, "eagle3": 1.0, "mtp": 1.0,
-           "draft_model": 1.0, "medusa": 1.0, "mlp_speculator": 1.0}
-SIMULATED_KEYS = ("method", "num_speculative_tokens")
+           "draft_model": 1.0, "dflash": 1.0, "dspark": 1.0}
+# the methods 0.33.0 keeps a per-batch-size schedule for on Model Runner V1 (config/vllm.py); others drop it
+SCHEDULE_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+SIMULATED_KEYS = ("method", "num_speculative_tokens", SCHEDULE_KEY)
 # keys that tune a real drafter but not the simulated timing: accepted, ignored with a notice
 IGNORED_KEYS = frozenset({
     "model", "prompt_lookup_max", "prompt_lookup_min", "draft_tensor_parallel_size", "max_model_len",
@@ -52,10 +60,19 @@ class SpecConfigError(ValueError):
     pass
 
 
-def spec_from_config(raw: str | None) -> tuple[model.SpecConfig, float, list[str]]:
-    """vLLM's ``--speculative-config`` JSON → (the simulated config, the draft cost, the ignored keys)."""
+@dataclass(frozen=True, slots=True)
+class VLLMSpec:
+    spec: model.SpecConfig
+    draft_cost: float
+    ignored: list[str]
+    schedule: object = None  # num_speculative_tokens_per_batch_size as given (validated against max_num_seqs)
+
+
+def spec_from_config(raw: str | None) -> VLLMSpec:
+    """vLLM's ``--speculative-config`` JSON → the simulated config, its draft cost, the ignored keys and the
+    per-batch-size schedule."""
     if raw is None:
-        return model.SpecConfig(), 1.0, []
+        return VLLMSpec(model.SpecConfig(), 1.0, [])
     try:
         cfg = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -80,7 +97,8 @@ def spec_from_config(raw: str | None) -> tuple[model.SpecConfig, float, list[str
         raise SpecConfigError(f"--speculative-config: key 'num_speculative_tokens' must be an integer from 1 to "
                               f"{MAX_SPEC_TOKENS}, got {k!r}")
     ignored = sorted(key for key in cfg if key in IGNORED_KEYS)
-    return model.SpecConfig(algorithm=method, num_steps=k, topk=1, num_draft_tokens=k + 1), METHODS[base], ignored
+    return VLLMSpec(model.SpecConfig(algorithm=method, num_steps=k, topk=1, num_draft_tokens=k + 1), METHODS[base],
+                    ignored, cfg.get(SCHEDULE_KEY))
 
 
 def stats_interval(env: dict[str, str]) -> float:
@@ -125,8 +143,16 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     check_sim_flags(parser, args)
     try:
-        args.spec, args.draft_cost, args.ignored_keys = spec_from_config(args.speculative_config)
-    except SpecConfigError as exc:
+        vs = spec_from_config(args.speculative_config)
+        args.spec, args.draft_cost, args.ignored_keys = vs.spec, vs.draft_cost, vs.ignored
+        args.schedule, args.schedule_dropped = None, ""
+        if vs.schedule is not None and vs.spec.algorithm not in SCHEDULE_METHODS:
+            args.schedule_dropped = (f"Dynamic speculative decoding is not supported for method "
+                                     f"{vs.spec.algorithm!r}; ignoring {SCHEDULE_KEY}.")
+        elif vs.schedule is not None:
+            args.schedule = steps.BatchSchedule(steps.batch_schedule(vs.schedule, args.max_num_seqs,
+                                                                     vs.spec.num_steps))
+    except (SpecConfigError, steps.StepsConfigError) as exc:
         parser.error(str(exc))
     args.name = (args.served_model_name or [args.model])[0]
     return args, unknown
@@ -136,7 +162,8 @@ def server_args(args: argparse.Namespace) -> dict[str, Any]:
     spec: model.SpecConfig = args.spec
     return {"model": args.model, "served_model_name": args.name, "host": args.host, "port": args.port,
             "max_num_seqs": args.max_num_seqs, "max_model_len": args.max_model_len,
-            "speculative_config": {"method": spec.algorithm, "num_speculative_tokens": spec.num_steps}
+            "speculative_config": {"method": spec.algorithm, "num_speculative_tokens": spec.num_steps,
+                                   **({SCHEDULE_KEY: "set"} if args.schedule is not None else {})}
             if spec.enabled else None}
 
 
@@ -197,7 +224,7 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
 
     settings = EngineSettings(profile=sim_profile(args), spec=args.spec,
                               max_running_requests=args.max_num_seqs, log_decode=False, log_prefill=False,
-                              seed=args.seed, draft_cost=args.draft_cost)
+                              seed=args.seed, draft_cost=args.draft_cost, steps=args.schedule)
     engine = Engine(settings, sink)
     metrics = VLLMMetrics(args.name, engine)
     engine.on_finish, engine.on_abort, engine.on_step = metrics.on_finish, metrics.on_abort, metrics.on_step
@@ -206,6 +233,8 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     info(f"non-default args: {ident.server_args}", "utils.py:253")
     if unknown:
         info(f"specwatch sim: ignoring flags it does not simulate: {' '.join(unknown)}")
+    if args.schedule_dropped:
+        info(args.schedule_dropped, "vllm.py:1100")
     if args.ignored_keys:
         info(f"specwatch sim: ignoring speculative-config keys it does not simulate: {', '.join(args.ignored_keys)}")
     if args.load_seconds > 0:

@@ -1,0 +1,280 @@
+"""The engine flags that put a measured per-load schedule into effect, complete and per engine version.
+Analysis stage; pure (a schedule and what the sweep knew of the server in, typed advice out; the command
+writes the files it names).
+
+A schedule is ``[lo, hi, k]`` ranges of batch size (``load_sweep.schedule``). What each engine offers, read
+from the released wheels (facts with file and line in the project's engine reference):
+
+- **vLLM ≥ 0.24.0**: the ``num_speculative_tokens_per_batch_size`` key *inside* ``--speculative-config``.
+  The flag is the whole config (a JSON holding only the schedule makes vLLM refuse to start: "num_speculative_
+  tokens must be provided"), so the schedule is merged into the server's own config, with
+  ``num_speculative_tokens`` = the largest K (vLLM clamps every K to it and sizes its buffers by it).
+- **SGLang ≥ 0.5.14, EAGLE/EAGLE3 with topk 1**: ``--speculative-adaptive --speculative-adaptive-config FILE``
+  with one slot per range, ``{"1": {"candidate_steps": [S]}, "N": {"candidate_steps": [0]}}`` (0 = no
+  drafting, from 0.5.14). A slot key is compared with the batch size padded up to a CUDA-graph batch size,
+  so N is rounded up to one; N is reachable only when ``--max-running-requests`` ≥ N; ``--speculative-num-
+  steps`` must be one of the candidates or SGLang refuses to start. Without the file SGLang's built-in
+  acceptance-driven slots apply (8/32/64), not the measured crossover.
+- **Anything else** (SGLang NGRAM or topk > 1, older releases, other servers): no engine knob; two pools (one
+  with speculation, one without) behind a load-aware router. ``--max-running-requests`` only caps the batch
+  and queues the rest locally; ``--max-queued-requests`` makes SGLang refuse past a queue length so a router
+  can retry elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..results import ConfigResult
+
+Range = tuple[int, int, int]  # (lo, hi, k): batch sizes lo..hi inclusive run k draft tokens (0: none)
+Engine = Literal["vllm", "sglang", "unknown"]
+
+VLLM_SCHEDULE_SINCE = (0, 24, 0)
+SGLANG_SLOTS_SINCE = (0, 5, 13)  # per-batch-size slots
+SGLANG_ZERO_SINCE = (0, 5, 14)  # a 0 candidate disables drafting
+SGLANG_ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
+SGLANG_DEFAULT_MAX_RUNNING = 48  # under speculation, when --max-running-requests is not given
+ADAPTIVE_FILE = "sglang-adaptive.json"
+VLLM_CAVEATS = (
+    "on Model Runner V1 with full CUDA graphs vLLM switches to PIECEWISE graphs for a schedule (about -14% at "
+    "one stream in vLLM #49548); VLLM_USE_V2_MODEL_RUNNER=1 keeps full graphs",
+    "under data parallelism > 1 vLLM drops the schedule and runs the static num_speculative_tokens",
+    "vLLM's batch size is the requests scheduled in one engine step: re-measure after applying "
+    "(vLLM #49548: throughput can drop where the threshold is crossed)")
+TWO_POOLS = ("run two pools, one with speculation and one without, behind a load-aware router that sends load "
+             "above the crossover to the plain pool; --max-running-requests only caps the batch and queues the "
+             "rest locally, --max-queued-requests (SGLang) makes a server refuse past a queue length so the "
+             "router can retry elsewhere")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSetup:
+    """What the sweep knew of the speculative server the schedule is for."""
+
+    engine: Engine
+    version: str | None = None
+    speculative_config: dict[str, Any] | None = None  # vLLM: the server's --speculative-config
+    algorithm: str | None = None  # SGLang: --speculative-algorithm
+    topk: int | None = None
+    max_running: int | None = None  # SGLang --max-running-requests
+    cuda_graph_bs: tuple[int, ...] = ()  # SGLang --cuda-graph-bs when set
+
+
+@dataclass(frozen=True, slots=True)
+class EngineAdvice:
+    """One engine's answer: the flags to launch with (complete, ready to paste) or why there is none."""
+
+    engine: Engine
+    headline: str  # what to do, with the version it needs
+    flags: str = ""  # the complete flags; "" when no knob applies
+    files: tuple[tuple[str, str], ...] = ()  # (file name, content) the flags name, to be written beside them
+    notes: tuple[str, ...] = ()
+
+    def text(self, indent: str = "  ") -> str:
+        lines = [indent + self.headline]
+        if self.flags:
+            lines.append(indent + "  " + self.flags)
+        lines += [f"{indent}  {name}: {content}" for name, content in self.files]
+        lines += [f"{indent}  - {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def version_tuple(v: str | None) -> tuple[int, ...] | None:
+    """``0.32.0+cpu`` → (0, 32, 0); ``0.5.10.post1`` → (0, 5, 10); None when unreadable."""
+    if not v:
+        return None
+    out = []
+    for part in v.split("+")[0].split("."):
+        m = re.match(r"\d+", part)
+        if m is None:
+            break
+        out.append(int(m.group()))
+        if m.end() < len(part):  # 0rc1, 10post1: what follows the number is not a further component
+            break
+    return tuple(out) if out else None
+
+
+def launch_flag(command: str | None, *names: str) -> str | None:
+    """The value of the first of ``names`` in a launch command (``--flag VALUE`` or ``--flag=VALUE``)."""
+    if not command:
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    for i, w in enumerate(words):
+        for n in names:
+            if w == n and i + 1 < len(words):
+                return words[i + 1]
+            if w.startswith(n + "="):
+                return w[len(n) + 1:]
+    return None
+
+
+def speculative_config_of(command: str | None) -> dict[str, Any] | None:
+    """vLLM's ``--speculative-config`` JSON in a launch command, as a dict (None when absent or not JSON)."""
+    raw = launch_flag(command, "--speculative-config", "-sc")
+    try:
+        cfg = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return cfg if isinstance(cfg, dict) else None
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else (int(v) if isinstance(v, str) and v.isdigit()
+                                                                     else None)
+
+
+def setup_of(configs: Sequence[ConfigResult]) -> ServerSetup:
+    """The speculative server of a sweep: its deepest finished speculative configuration, as its server said
+    (SGLang's server args, vLLM's version) and as it was launched (vLLM's config from the command, or the one
+    ``sweep --speculative-config`` was given)."""
+    spec = [c for c in configs if c.ok and c.steps]
+    if not spec:
+        return ServerSetup("unknown")
+    c = max(spec, key=lambda c: c.steps)
+    info = c.server_info
+    if info.get("engine") == "vllm" or c.speculative_config is not None:
+        cfg = c.speculative_config or speculative_config_of(c.command)
+        return ServerSetup("vllm", str(info["version"]) if info.get("version") else None, cfg)
+    if info.get("speculative_algorithm"):
+        graphs = info.get("cuda_graph_bs")
+        bs = tuple(sorted({b for b in graphs if isinstance(b, int) and b > 0})) if isinstance(graphs, list) else ()
+        return ServerSetup("sglang", str(info.get("version") or "") or None,
+                           algorithm=str(info["speculative_algorithm"]), topk=_int(info.get("speculative_eagle_topk")),
+                           max_running=_int(info.get("max_running_requests")), cuda_graph_bs=bs)
+    return ServerSetup("unknown")
+
+
+def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
+    ks = {k for _, _, k in ranges}
+    have = f" (this server: {setup.version})" if setup.version else ""
+    if ks == {0}:
+        return EngineAdvice("vllm", "vLLM: plain decoding wins at every load measured: launch without "
+                                    "--speculative-config")
+    if len(ks) == 1:
+        return EngineAdvice("vllm", f"vLLM: k={ranges[0][2]} wins at every load measured: keep --speculative-config "
+                                    "as it is (no schedule needed)")
+    v = version_tuple(setup.version)
+    if v is not None and v < VLLM_SCHEDULE_SINCE:
+        return EngineAdvice("vllm", f"vLLM{have} has no per-batch-size schedule (num_speculative_tokens_per_batch_size "
+                                    "is in vLLM 0.24.0 and later): upgrade, or", notes=(TWO_POOLS,))
+    schedule = [list(r) for r in ranges]
+    if setup.speculative_config is None:
+        key = json.dumps({"num_speculative_tokens_per_batch_size": schedule})[1:-1]
+        return EngineAdvice(
+            "vllm", f"vLLM ≥ 0.24.0{have}: add this key to the server's own --speculative-config JSON (the sweep did "
+                    "not see it: give sweep --speculative-config, or --launch), with num_speculative_tokens set to "
+                    f"{max(ks)}", flags=key, notes=VLLM_CAVEATS)
+    merged = {k: v for k, v in setup.speculative_config.items() if k != "num_speculative_tokens_per_batch_size"}
+    merged["num_speculative_tokens"] = max(ks)
+    merged["num_speculative_tokens_per_batch_size"] = schedule
+    return EngineAdvice("vllm", f"vLLM ≥ 0.24.0{have}: launch with the server's speculative config, the schedule "
+                                f"merged in and num_speculative_tokens = the largest k ({max(ks)}):",
+                        flags="--speculative-config " + shlex.quote(json.dumps(merged)), notes=VLLM_CAVEATS)
+
+
+def graph_sizes(graphs: Sequence[int], upto: int) -> list[int]:
+    """The server's CUDA-graph batch sizes, or (not known) 1, 2, 4 and the multiples of 8 that every default
+    ``--cuda-graph-bs`` list holds, up to ``upto``."""
+    if graphs:
+        return sorted(set(graphs))
+    return [1, 2, 4, *range(8, max(8, upto) + 8, 8)]
+
+
+def slot_key(lo: int, graphs: Sequence[int]) -> tuple[int, int]:
+    """(slot key, first batch size it takes) for a range starting at batch size ``lo``. SGLang pads a batch up
+    to the next CUDA-graph size and takes the slot with the largest key at or below that, so a key ``g`` takes
+    every batch above the graph size before it: the key whose first batch is nearest ``lo`` (past the largest
+    graph nothing is padded, and ``lo`` itself is a key)."""
+    sizes = graph_sizes(graphs, 2 * lo)
+    options = [(g, prev + 1) for prev, g in zip([0, *sizes], sizes, strict=False)]
+    if lo > sizes[-1]:
+        options.append((lo, lo))
+    return min(options, key=lambda o: (abs(o[1] - lo), -o[0]))
+
+
+def first_batch(key: int, graphs: Sequence[int]) -> int:
+    """The smallest batch size slot ``key`` takes (the graph size before it, plus one)."""
+    sizes = graph_sizes(graphs, 2 * key)
+    return max([0, *(g for g in sizes if g < key)]) + 1 if key in sizes else key
+
+
+def adaptive_slots(ranges: Sequence[Range], graphs: Sequence[int]) -> dict[str, dict[str, list[int]]]:
+    """``--speculative-adaptive-config``'s JSON: one slot per range, keyed by a CUDA-graph batch size
+    (``slot_key``), one candidate each (the measured k; 0 = no drafting)."""
+    slots: dict[int, int] = {}
+    for lo, _hi, k in ranges:
+        key = 1 if lo <= 1 else slot_key(lo, graphs)[0]
+        if slots and list(slots.values())[-1] == k:
+            continue
+        slots.setdefault(key, k)
+    return {str(key): {"candidate_steps": [k]} for key, k in slots.items()}
+
+
+def sglang_advice(ranges: Sequence[Range], setup: ServerSetup, out_dir: str) -> EngineAdvice:
+    ks = [k for _, _, k in ranges]
+    have = f" (this server: {setup.version})" if setup.version else ""
+    if set(ks) == {0}:
+        return EngineAdvice("sglang", "SGLang: plain decoding wins at every load measured: launch without "
+                                      "--speculative-algorithm")
+    if len(set(ks)) == 1:
+        return EngineAdvice("sglang", f"SGLang: {ks[0]} steps win at every load measured: keep the launch flags "
+                                      "(no schedule needed)")
+    why = None
+    v = version_tuple(setup.version)
+    if setup.algorithm is not None and setup.algorithm.upper() not in SGLANG_ADAPTIVE_ALGORITHMS:
+        why = f"--speculative-adaptive works for EAGLE and EAGLE3 only (this server: {setup.algorithm})"
+    elif setup.topk is not None and setup.topk != 1:
+        why = (f"--speculative-adaptive needs --speculative-eagle-topk 1 (this server: {setup.topk}; with more it "
+               "falls back to static steps): sweep again with topk 1 to use it, or")
+    elif v is not None and v < (SGLANG_ZERO_SINCE if 0 in ks else SGLANG_SLOTS_SINCE):
+        need = "0.5.14 (a 0-step slot)" if 0 in ks else "0.5.13 (per-batch-size slots)"
+        why = f"a per-load schedule needs SGLang {need}{have}: upgrade, or"
+    if why is not None:
+        return EngineAdvice("sglang", f"SGLang: no engine knob for this schedule: {why}", notes=(TWO_POOLS,))
+    slots = adaptive_slots(ranges, setup.cuda_graph_bs)
+    top = max(int(key) for key in slots)
+    running = max(setup.max_running or SGLANG_DEFAULT_MAX_RUNNING, top)
+    steps = next(k for k in ks if k > 0)
+    path = f"{out_dir.rstrip('/')}/{ADAPTIVE_FILE}" if out_dir else ADAPTIVE_FILE
+    flags = (f"--speculative-algorithm {(setup.algorithm or 'EAGLE3').upper()} --speculative-eagle-topk 1 "
+             f"--speculative-num-steps {steps} --speculative-adaptive --speculative-adaptive-config "
+             f"{shlex.quote(path)} --max-running-requests {running}")
+    firsts = ", ".join(f"{k} steps from {first_batch(int(key), setup.cuda_graph_bs)} running requests"
+                       for key, v in slots.items() for k in v["candidate_steps"])
+    notes = [f"slot keys are CUDA-graph batch sizes ({'the server' if setup.cuda_graph_bs else 'a default'} "
+             "--cuda-graph-bs list): SGLang pads a batch up to one, then uses the slot with the largest key at or "
+             f"below it, so: {firsts}",
+             f"--max-running-requests {running}: a slot above it is never reached",
+             "without the file SGLang's built-in acceptance-driven slots apply, not this measured crossover"]
+    return EngineAdvice("sglang", f"SGLang ≥ {'0.5.14' if 0 in ks else '0.5.13'}{have}, EAGLE/EAGLE3 with topk 1: "
+                                  f"launch with these flags and {ADAPTIVE_FILE} (written beside the sweep's results):",
+                        flags=flags, files=((ADAPTIVE_FILE, json.dumps(slots)),), notes=tuple(notes))
+
+
+def advise(ranges: Sequence[Range], setup: ServerSetup, out_dir: str = "") -> list[EngineAdvice]:
+    """The advice for the sweep's engine; for an unknown server, both engines' (and the two-pool way)."""
+    if setup.engine == "vllm":
+        return [vllm_advice(ranges, setup)]
+    if setup.engine == "sglang":
+        return [sglang_advice(ranges, setup, out_dir)]
+    return [vllm_advice(ranges, setup), sglang_advice(ranges, setup, out_dir)]
+
+
+# every engine flag, config key and variable the advice above can print, with the engine it belongs to: a
+# test checks each against the engine reference (and the real vLLM package in the real tier)
+NAMES: tuple[tuple[Engine, str], ...] = (
+    ("vllm", "--speculative-config"), ("vllm", "num_speculative_tokens"),
+    ("vllm", "num_speculative_tokens_per_batch_size"), ("vllm", "VLLM_USE_V2_MODEL_RUNNER"),
+    ("sglang", "--speculative-algorithm"), ("sglang", "--speculative-eagle-topk"),
+    ("sglang", "--speculative-num-steps"), ("sglang", "--speculative-adaptive"),
+    ("sglang", "--speculative-adaptive-config"), ("sglang", "candidate_steps"),
+    ("sglang", "--max-running-requests"), ("sglang", "--max-queued-requests"), ("sglang", "--cuda-graph-bs"))
