@@ -88,8 +88,10 @@ def _request(d: dict[str, Any]) -> RequestRecord:
         if not isinstance(spec, dict):
             raise RecordFileError("spec: expected an object or null")
         _check(spec, {"verify_ct": (int,), "accept_length": (int, float, type(None))})
+        _check({k: v for k, v in spec.items() if k == "accepted_drafts"}, {"accepted_drafts": (int, type(None))})
         spec = SpecStats(verify_ct=spec["verify_ct"], accept_length=spec.get("accept_length"),
-                         histogram=_ints(spec.get("histogram", []), "spec.histogram"))
+                         histogram=_ints(spec.get("histogram", []), "spec.histogram"),
+                         accepted_drafts=spec.get("accepted_drafts"))
     try:
         outcome = Outcome(d["outcome"])
     except ValueError:

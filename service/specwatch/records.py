@@ -52,9 +52,10 @@ def vllm_accept_length(accepted_tokens: float, drafts: float) -> float | None:
 class SpecStats:
     """Speculative fields the server reported for one request (SGLang's final ``meta_info``)."""
 
-    verify_ct: int
-    accept_length: float | None = None  # the server's own spec_accept_length (completion / verify_ct)
+    verify_ct: int  # SGLang's spec_verify_ct; vLLM's num_spec_steps (steps that carried a draft)
+    accept_length: float | None = None  # the server's own (SGLang completion / verify_ct; vLLM's mean)
     histogram: tuple[int, ...] = ()  # verify rounds by number of accepted drafts (index 0 = none accepted)
+    accepted_drafts: int | None = None  # vLLM's num_accepted_draft_tokens (SGLang: every round verifies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +126,16 @@ class RequestRecord:
 
     @property
     def spec_tokens(self) -> int:
-        """Tokens the verify rounds produced: all but the first, which prefill made."""
+        """Tokens the verify rounds produced: their accepted drafts plus one each where the server counts
+        them (vLLM, whose steps without a draft are no verify round); else all but the first, which prefill
+        made (SGLang: every decode round verifies). The one rule for both: 1 + accepted / rounds."""
+        if self.spec is not None and self.spec.accepted_drafts is not None:
+            return self.spec.accepted_drafts + self.spec.verify_ct
         return self.output_tokens - 1
 
     @property
     def accept_length(self) -> float | None:
-        """Client-side accept length: (completion_tokens - 1) / spec_verify_ct."""
+        """Client-side accept length: ``spec_tokens`` / verify rounds."""
         if self.spec is None or self.spec.verify_ct <= 0:
             return None
         return self.spec_tokens / self.spec.verify_ct

@@ -56,9 +56,9 @@ class RealServer:
             os.killpg(self.popen.pid, signal.SIGKILL)
 
 
-def serve_command(port: int, k: int, stats_interval_s: float = 2.0) -> list[str]:
+def serve_command(port: int, k: int, stats_interval_s: float = 2.0, extra: tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, str(HERE / "serve_vllm.py"), "--port", str(port), "--k", str(k),
-            "--stats-interval", str(stats_interval_s)]
+            "--stats-interval", str(stats_interval_s), *(("--", *extra) if extra else ())]
 
 
 @pytest.fixture(scope="session")
@@ -74,11 +74,12 @@ def vllm_installed() -> dict[str, float]:
     return took
 
 
-def launch(tmp: Path, k: int, name: str) -> RealServer:
+def launch(tmp: Path, k: int, name: str, extra: tuple[str, ...] = ()) -> RealServer:
+    """serve_vllm.py at ``k`` ngram draft tokens (0: plain), with ``extra`` vllm serve flags as given."""
     port = free_port()
     log = tmp / f"{name}.log"
     with log.open("wb") as fh:
-        popen = subprocess.Popen(serve_command(port, k), stdout=fh, stderr=subprocess.STDOUT,
+        popen = subprocess.Popen(serve_command(port, k, extra=extra), stdout=fh, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
     return RealServer(port, k, log, popen)
 

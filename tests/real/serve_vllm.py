@@ -32,13 +32,18 @@ import vllm_env
 MODEL_NAME = "tiny-llama"
 
 
+def speculative_config(k: int) -> dict[str, object]:
+    """The tier's ngram config at ``k`` draft tokens (``sweep --speculative-config`` is given the same)."""
+    return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+
+
 def command(port: int, k: int | None, extra: list[str]) -> list[str]:
     cmd = [str(vllm_env.python()), str(vllm_env.shim()), "serve", str(vllm_env.model_dir()), "--host", "127.0.0.1",
            "--port", str(port), "--served-model-name", MODEL_NAME, "--max-model-len", "2048",
            "--gpu-memory-utilization", "0.3", "--enforce-eager", "--max-num-seqs", "64"]
     if k:
-        cmd += ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": k,
-                                                    "prompt_lookup_max": 4, "prompt_lookup_min": 2})]
+        cmd += ["--speculative-config", json.dumps(speculative_config(k)), "--per-request-spec-decode-metrics",
+                "summary"]  # metrics.speculative_decoding on every response: specwatch reads it
     return cmd + extra
 
 

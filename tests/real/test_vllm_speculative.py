@@ -60,6 +60,18 @@ def test_bench_counts_what_the_server_generated_and_chunks_carry_verify_rounds(s
     lat = doc["results"]["latency_seconds"]
     assert lat["itl"]["mean"] == pytest.approx(sum(gaps) / sum(toks), rel=1e-3)
     assert lat["itl"]["mean"] == pytest.approx(lat["inter_chunk"]["mean"] / (sum(toks) / len(toks)), rel=1e-3)
+    # the per-request metrics.speculative_decoding: specwatch's accept length is vLLM's own rule over the same
+    # requests (1 + accepted / steps that drafted), summed from each request's own counts
+    assert all(r.spec is not None and r.spec.accepted_drafts is not None for r in records)
+    per_request = 1 + sum(r.spec.accepted_drafts for r in records) / sum(r.spec.verify_ct for r in records)
+    assert per_request == pytest.approx(server_al, rel=0.02)
+    measured = [r for r in records if not r.warmup]
+    client_al = doc["results"]["accept_length_client"]
+    assert client_al == pytest.approx(1 + sum(r.spec.accepted_drafts for r in measured)
+                                      / sum(r.spec.verify_ct for r in measured), rel=1e-9)
+    COMPARISONS.append(f"bench k=3: accept length {client_al:.3f} from metrics.speculative_decoding; vLLM's "
+                       f"counters over the same requests (warm-up included) {server_al:.3f}, per request "
+                       f"{per_request:.3f}")
     assert doc["results"]["accept_length_server_lifetime"] == pytest.approx(
         1 + after["vllm:spec_decode_num_accepted_tokens_total"] / after["vllm:spec_decode_num_drafts_total"], rel=0.05)
     COMPARISONS.append(f"bench k=3: tokens {sum(r.output_tokens for r in records)} = server {generated:.0f}; "

@@ -145,3 +145,33 @@ def test_an_event_far_larger_than_its_stream_so_far_is_refused():
     a = Attempt(Target("spec", "http://x", "sglang", "m"), P, False, 0, max_tokens=8)
     with pytest.raises(StreamError, match=r"an event of \d+ bytes after 0 tokens"):
         a.handle(b'{"text": "' + b"x" * (2 * 1024 * 1024) + b'", "meta_info": {"completion_tokens": 1}}', 1)
+
+
+def vllm_tail(ct: int, **sd) -> bytes:
+    return orjson.dumps({"id": "c", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": ct,
+                                                              "total_tokens": 7 + ct},
+                         "metrics": {"speculative_decoding": sd}})
+
+
+VLLM_SD = {"mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.5, "acceptance_histogram": [1, 1, 2],
+           "num_spec_steps": 4, "num_accepted_draft_tokens": 6, "num_draft_tokens": 12, "num_spec_tokens": 3}
+
+
+@pytest.mark.parametrize(("change", "verify_ct", "accept_length"), [
+    ({}, 4, 2.5),  # 1 + 6 accepted / 4 steps, vLLM's own mean: steps without a draft are no verify round
+    ({"acceptance_histogram": [1, 1]}, 4, 2.5),  # a histogram that does not count every step is left out
+    ({"num_spec_steps": 0}, None, None), ({"num_spec_steps": "4"}, None, None),
+    ({"num_accepted_draft_tokens": 40}, None, None),  # more than the completion holds
+    ({"num_accepted_draft_tokens": -1}, None, None), ({"mean_acceptance_length": 900.0}, 4, 2.5),
+])
+def test_vllm_per_request_spec_decode_metrics(change, verify_ct, accept_length):
+    a = attempt("completions")
+    for t, d in [(1, oa(" a", 1)), (2, oa(" b c d e f g h i j k l", 12, "length")),
+                 (3, vllm_tail(12, **(VLLM_SD | change)))]:
+        a.handle(d, t)
+    r = a.finish(Outcome.OK, 100)
+    assert (r.spec.verify_ct if r.spec else None) == verify_ct
+    assert r.accept_length == (pytest.approx(accept_length) if accept_length else None)
+    if r.spec is not None:
+        assert r.spec.histogram == ((1, 1, 2) if "acceptance_histogram" not in change else ())
+        assert r.spec.accept_length == (2.5 if "mean_acceptance_length" not in change else None)

@@ -83,6 +83,23 @@ def _spec_from_meta(meta: dict[str, Any], completion_tokens: int) -> SpecStats |
     )
 
 
+def _spec_from_vllm(m: Any, completion_tokens: int) -> SpecStats | None:
+    """vLLM's per-request ``metrics.speculative_decoding`` (``--per-request-spec-decode-metrics``, 0.32+),
+    validated as SGLang's fields are: steps that carried a draft, accepted drafts, the server's mean and the
+    histogram (index j = steps that accepted exactly j drafts); None when absent or inconsistent."""
+    if not isinstance(m, dict):
+        return None
+    steps, accepted = _int(m.get("num_spec_steps")), _int(m.get("num_accepted_draft_tokens"))
+    if steps is None or accepted is None or not 0 < steps <= max(1, completion_tokens) or accepted < 0 \
+            or accepted + steps > completion_tokens:  # a step yields its accepted drafts and one more token
+        return None
+    hist = m.get("acceptance_histogram")
+    counts = tuple(hist) if isinstance(hist, list) and all(_int(h) is not None and h >= 0 for h in hist) else ()
+    al = _num(m.get("mean_acceptance_length"))
+    return SpecStats(verify_ct=steps, accept_length=al if al is not None and 1.0 <= al <= MAX_ACCEPT_LENGTH else None,
+                     histogram=counts if sum(counts) == steps else (), accepted_drafts=accepted)
+
+
 def choice_text(choices: Any) -> str:
     """The text an OpenAI chunk's first choice carries (completions' ``text``, chat's ``delta`` content and
     reasoning content); ``StreamError`` for anything but strings where text belongs."""
@@ -222,6 +239,9 @@ class Attempt:
         ext = obj.get("sglext")
         if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
             self.spec = _spec_from_meta(ext["spec_tokens_details"], self.tokens)
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict) and "speculative_decoding" in metrics:  # vLLM, on the trailing usage chunk
+            self.spec = _spec_from_vllm(metrics["speculative_decoding"], max(self.tokens, self.final_tokens or 0))
 
     def _apportion(self) -> bool:
         """Fill unknown per-chunk counts from the final total (see ``tokens``); returns whether exact."""
