@@ -122,7 +122,11 @@ def _sample(d: dict[str, Any]) -> ServerSample:
 
 
 def _run(d: dict[str, Any]) -> RunInfo:
-    return RunInfo(**(d | {"loop_lag": from_json(LoopLag, d.get("loop_lag", {}), "loop_lag")}))
+    running = d.get("server_running", [])
+    if not isinstance(running, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in running):
+        raise RecordFileError("server_running: expected a list of counts")
+    return RunInfo(**(d | {"loop_lag": from_json(LoopLag, d.get("loop_lag", {}), "loop_lag"),
+                           "server_running": tuple(running)}))
 
 
 DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {"run": _run, "request": _request, "sample": _sample}

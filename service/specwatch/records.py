@@ -158,6 +158,7 @@ class ServerSample:
     drafted_tokens: int | None = None
     position_acceptance: tuple[float, ...] = ()  # index 0 = draft position 1
     iteration: int | None = None
+    speculative_steps: float | None = None  # draft steps in use now (SGLang's running value; vLLM's mean K)
 
     @property
     def is_decode(self) -> bool:
@@ -196,6 +197,7 @@ class RunInfo:
     settings: dict[str, Any] = field(default_factory=dict)  # the bench options, as given
     start_wall_s: float | None = None  # Unix time of the first send: labels a replay's .hlog like the run's
     loop_lag: LoopLag = LoopLag()  # the client's own event-loop lag
+    server_running: tuple[int, ...] = ()  # running requests in the server's /metrics while the run ran (busy only)
 
 
 @dataclass(frozen=True, slots=True)

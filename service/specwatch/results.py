@@ -134,12 +134,17 @@ class BenchDoc:
         return None
 
 
+LoadSource = Literal["log", "scrape", ""]
+
+
 @dataclass(frozen=True, slots=True)
 class LevelResult:
-    """A configuration measured at one concurrency."""
+    """A configuration measured at one concurrency, with the load the server itself reported meanwhile."""
 
     results: BenchResult
     runs: tuple[RunResult, ...]
+    server_load: float | None = None  # median running requests in its log lines or /metrics (None: no source)
+    load_source: LoadSource = ""
 
     def per_request_decode(self) -> list[float]:
         return [r.decode_tokens_per_second for r in self.runs if r.ok and r.decode_tokens_per_second]

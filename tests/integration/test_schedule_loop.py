@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import free_port, http_get, http_json, specwatch_cmd, wait_until
+from conftest import free_port, http_get, http_json, scrape, specwatch_cmd, wait_until
 
 pytestmark = pytest.mark.integration
 SIM = ("--profile", "mixed", "--cost-scale", "0.5", "--decode-log-interval", "10", "--quiet")
@@ -42,12 +42,12 @@ def sweep(tmp_path) -> tuple[list[str], dict]:
     return flags, {"doc": doc, "out": out, "stdout": p.stdout}
 
 
-def daemon(procs, sim, log, curve, name):
+def daemon(procs, sim, log, curve, name, *flags):
     port = free_port()
     d = procs.start(specwatch_cmd("run", "--listen", f"127.0.0.1:{port}", "--server-url", sim.url, "--log-file",
                                   str(log), "--interval-s", "1", "--windows-s", f"{WINDOW_S},60", "--verdict-window-s",
                                   str(WINDOW_S), "--max-tokens", "128", "--pause-s", "0", "--min-requests", "4",
-                                  "--baseline-curve", str(curve)), name)
+                                  "--baseline-curve", str(curve), *flags), name)
     d.url = f"http://127.0.0.1:{port}"
     wait_until(lambda: http_get(d.url + "/healthz", 1)[0] == 200, what=f"{name} /healthz")
     return d
@@ -69,7 +69,9 @@ def test_the_printed_schedule_applied_to_a_fresh_server_stops_the_loss_at_high_l
             "scheduled": procs.sim(*SIM, *flags, "--seed", "5", "--log-file", str(logs["scheduled"]),
                                    "--enable-metrics", name="scheduled", control=False)}
     curve = out / "baseline-curve.json"
-    ds = {name: daemon(procs, sims[name], logs[name], curve, f"daemon-{name}") for name in sims}
+    ds = {"static": daemon(procs, sims["static"], logs["static"], curve, "daemon-static"),
+          "scheduled": daemon(procs, sims["scheduled"], logs["scheduled"], curve, "daemon-scheduled",
+                              "--server-metrics")}
     background: list = []
     for n, seconds in PHASES:
         for bg in background:
@@ -87,9 +89,18 @@ def test_the_printed_schedule_applied_to_a_fresh_server_stops_the_loss_at_high_l
                    timeout_s=seconds + 30, every_s=0.5, what=f"{seconds} s at load {n}")
         for d in ds.values():
             wait_until(lambda d=d: enough(d), timeout_s=90, every_s=0.5, what=f"bucket {n} of {d.url}")
-        if n == 32:  # the scheduled server runs no draft at this load: SGLang's running step gauge says so
+        # the step count in use, as SGLang's running gauge says and the daemon reports it: the measured depth at
+        # low load, none at 32 running requests
+        want = 0.0 if n == 32 else 7.0
+        def sglang_steps(want=want):
             m = http_get(sims["scheduled"].url + "/metrics")[1].decode()
-            assert any(ln.startswith("sglang:spec_num_steps{") and ln.endswith(" 0.0") for ln in m.splitlines()), m
+            return any(ln.startswith("sglang:spec_num_steps{") and float(ln.split()[-1]) == want
+                       for ln in m.splitlines())
+
+        wait_until(sglang_steps, timeout_s=15, what=f"sglang:spec_num_steps at {want:g}")
+        wait_until(lambda want=want: scrape(ds["scheduled"].url).get(
+            'specwatch_server_speculative_steps{dp_rank="0",source="scrape"}') == want, timeout_s=15,
+            what=f"the daemon's specwatch_server_speculative_steps at {want:g}")
     for bg in background:
         bg.stop()
     table = {}

@@ -62,9 +62,19 @@ def test_sweep_over_concurrency_finds_each_crossover_and_prints_the_schedule(tmp
     assert "vLLM" not in p.stdout.split("Schedule (batch sizes")[1].split("Batch term")[0]
     if len({k for _, _, k in ranges}) > 1:
         assert "--speculative-adaptive-config" in p.stdout and (out / "sglang-adaptive.json").exists()
+    # advise --from prints the same schedule and flags again, from sweep.json alone
+    a = subprocess.run(specwatch_cmd("advise", "--from", str(out / "sweep.json")), capture_output=True, text=True,
+                       timeout=60)
+    assert a.returncode == 0, a.stderr
+    section = p.stdout[p.stdout.index("Schedule (batch sizes"):p.stdout.index("Batch term")].strip()
+    assert section in a.stdout, (section, a.stdout[-3000:])
     # the baseline curve: plain decoding's per-stream rate at each load, falling with load
     curve = baseline_mod.read(str(out / "baseline-curve.json"))
-    assert [pt.running for pt in curve.points] == [float(n) for n in LEVELS]
+    # the load each point stands for is the one the server's own decode lines reported (the launched
+    # simulator's output is the log): a closed loop of N streams keeps about N running
+    assert curve.load_measured and [pt.streams for pt in curve.points] == list(LEVELS)
+    assert all(0.8 * n <= pt.running <= n for pt, n in zip(curve.points, LEVELS, strict=True)), curve.points
+    assert "load = the server's measured running requests" in p.stdout
     rates = [pt.tokens_per_second for pt in curve.points]
     assert rates == sorted(rates, reverse=True)
     plain = model.load_point(model.PROFILES["mixed"].with_overrides(cost_scale=0.5),

@@ -57,7 +57,11 @@ def test_sweep_over_concurrency_against_the_real_servers(spec_server, plain_serv
     COMPARISONS.append("  " + lines[head])
     COMPARISONS.extend(["sweep --targets, by load:", *rows, "  " + cross, "  " + sched])
     curve = json.loads((out / "baseline-curve.json").read_text())
-    assert [pt["running"] for pt in curve["points"]] == [1, 4, 16, 32]
+    # measured on the server: vLLM's num_requests_running while each level ran (no log given: its /metrics)
+    assert curve["load_measured"] and [pt["streams"] for pt in curve["points"]] == [1, 4, 16, 32]
+    assert all(0.7 * n <= pt["running"] <= n for pt, n in zip(curve["points"], (1, 4, 16, 32), strict=True)), curve
+    COMPARISONS.append("  baseline curve load, measured: " + ", ".join(
+        f"{pt['streams']} streams -> {pt['running']:g} running" for pt in curve["points"]))
     first = spec["by_concurrency"]["1"]["results"]["decode_tokens_per_second"] / \
         plain["by_concurrency"]["1"]["results"]["decode_tokens_per_second"]
     assert first > 1.3  # speculation wins at one stream; where it stops winning is the sweep's finding

@@ -162,6 +162,7 @@ VLLM_SD = {"mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.5, "accepta
     ({"acceptance_histogram": [1, 1]}, 4, 2.5),  # a histogram that does not count every step is left out
     ({"num_spec_steps": 0}, None, None), ({"num_spec_steps": "4"}, None, None),
     ({"num_accepted_draft_tokens": 40}, None, None),  # more than the completion holds
+    ({"num_accepted_draft_tokens": 10}, 4, 3.5),  # a last step max_tokens cut short: vLLM counts its drafts
     ({"num_accepted_draft_tokens": -1}, None, None), ({"mean_acceptance_length": 900.0}, 4, 2.5),
 ])
 def test_vllm_per_request_spec_decode_metrics(change, verify_ct, accept_length):

@@ -32,16 +32,22 @@ sglang:spec_accept_length{model_name="m",engine_type="unified",tp_rank="0",pp_ra
 sglang:spec_accept_rate{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 0.3
 sglang:gen_throughput{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 88.5
 sglang:num_running_reqs{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 3
+sglang:spec_num_steps{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 5
 """
 
 
 def test_sglang_gauges():
     (s,) = samples_from_text(SGLANG, ScrapeState())
     assert (s.accept_length, s.accept_rate, s.gen_throughput, s.running, s.dp_rank) == (2.5, 0.3, 88.5, 3, "0")
+    assert s.speculative_steps == 5  # the running step count (adaptive moves it), not the launch value
+    state = ScrapeState()
+    (s,) = samples_from_text(SGLANG.replace("} 5", "} 99"), state)
+    assert s.speculative_steps is None and state.rejected == 1  # no draft is that long
 
 
-def vllm(drafts, drafted, accepted, pos):
-    lines = [f'vllm:spec_decode_num_drafts_total{{engine="0"}} {drafts}',
+def vllm(drafts, drafted, accepted, pos, generated=None):
+    lines = [*([f'vllm:generation_tokens_total{{engine="0"}} {generated}'] if generated is not None else []),
+             f'vllm:spec_decode_num_drafts_total{{engine="0"}} {drafts}',
              f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {drafted}',
              f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {accepted}']
     lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}} {v}'
@@ -56,4 +62,14 @@ def test_vllm_counters_become_interval_values_from_deltas():
     assert s.accept_length == 1 + 1500 / 1000
     assert s.accept_rate == 1500 / 3000
     assert s.position_acceptance == (0.8, 0.5, 0.2)
+    assert s.speculative_steps == 3.0  # 3000 draft tokens over 1000 drafts
     assert samples_from_text(vllm(1100, 3300, 1650, [880, 550, 220]), state) == []  # idle: no drafts, no sample
+
+
+def test_vllm_steps_in_use_follow_a_schedule():
+    state = ScrapeState()
+    samples_from_text(vllm(100, 300, 150, [80, 50, 20], generated=1000), state, 1.0)
+    (s,) = samples_from_text(vllm(200, 400, 200, [120, 60, 20], generated=1500), state, 2.0)
+    assert s.speculative_steps == 1.0  # 100 draft tokens over 100 drafts: the schedule's k=1 at this batch
+    (s,) = samples_from_text(vllm(200, 400, 200, [120, 60, 20], generated=2500), state, 3.0)
+    assert s.speculative_steps == 0.0 and s.accept_length is None  # generating without a draft: k=0

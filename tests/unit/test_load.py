@@ -158,3 +158,39 @@ def test_sweep_bands_schedule_and_crossovers():
     assert 4 < cross["k=5"] < 16 and cross["k=2"] is None
     curve = load_sweep.baseline_curve(results, "test")
     assert [(p.running, p.tokens_per_second) for p in curve.points] == [(1, 100), (4, 90), (16, 60), (32, 40)]
+
+
+def test_the_baseline_curve_stands_at_the_servers_measured_load_when_every_level_has_one():
+    plain = result("baseline", 0, {1: 100, 4: 90, 16: 60})
+    measured = {1: 1.0, 4: 3.5, 16: 14.0}
+    lv = {c: LevelResult(lvl.results, lvl.runs, measured[c], "log") for c, lvl in plain.by_concurrency.items()}
+    curve = load_sweep.baseline_curve([ConfigResult("baseline", {}, 0.0, "ok", results=plain.results,
+                                                    by_concurrency=lv)], "t")
+    assert curve.load_measured and [(p.running, p.streams) for p in curve.points] == [(1.0, 1), (3.5, 4), (14.0, 16)]
+    doc = curve.to_doc()
+    assert doc["load_measured"] is True and bl.from_doc(json.loads(json.dumps(doc))) == curve
+    assert "measured on the server" in curve.describe()
+    # one level without a load, or loads that do not rise with the streams (a batch cap): nominal, and it says so
+    for bad in ({1: 1.0, 4: None, 16: 14.0}, {1: 1.0, 4: 8.0, 16: 8.0}):
+        lv = {c: LevelResult(lvl.results, lvl.runs, bad[c], "log") for c, lvl in plain.by_concurrency.items()}
+        curve = load_sweep.baseline_curve([ConfigResult("baseline", {}, 0.0, "ok", results=plain.results,
+                                                        by_concurrency=lv)], "t")
+        assert not curve.load_measured and [p.running for p in curve.points] == [1.0, 4.0, 16.0]
+        assert "nominal" in curve.describe()
+    old = {k: v for k, v in doc.items() if k != "load_measured"}  # a file from before the field: nominal
+    assert bl.from_doc(old).load_measured is False
+    with pytest.raises(ConfigError, match="load_measured: expected true or false"):
+        bl.from_doc(doc | {"load_measured": "yes"})
+    with pytest.raises(ConfigError, match=r"points\[0\].streams"):
+        bl.from_doc(doc | {"points": [{"running": 1, "tokens_per_second": 5, "streams": 0}]})
+
+
+def test_a_levels_load_comes_from_the_log_then_the_scrape():
+    from specwatch.analysis.server_log import level_load
+
+    log = [ServerSample("sglang_decode", running=8), ServerSample("sglang_prefill", running=2),
+           ServerSample("sglang_decode", running=7), ServerSample("sglang_decode", running=8),
+           ServerSample("sglang_decode", running=0)]
+    assert level_load(log, (3, 3)) == (8.0, "log")  # prefill lines and idle ones are no load
+    assert level_load([], (3, 4, 4)) == (4.0, "scrape")
+    assert level_load([], ()) == (None, "")

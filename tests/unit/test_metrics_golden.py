@@ -34,7 +34,7 @@ def fed_exporter() -> Exporter:
         st.add(rec)
     e.observe_sample(ServerSample("sglang_decode", accept_length=2.4, accept_rate=0.6, gen_throughput=80.0,
                                   running=3, queued=0, position_acceptance=(0.8, 0.5)), "log")
-    e.observe_sample(ServerSample("scrape", running=3, queued=1), "scrape")
+    e.observe_sample(ServerSample("scrape", running=3, queued=1, speculative_steps=3.0), "scrape")
     w = st.describe()
     for label in ("1m", "5m", "cumulative"):
         e.update_windows(label, {"spec": w, "baseline": w})

@@ -10,8 +10,12 @@ baseline is unknown, and so is the verdict: never a guess. ``--baseline-tps X`` 
 (load 1, X), valid at low load only (up to ``FIXED_VALID_LOAD`` running requests).
 
 File (JSON): ``{"kind": "specwatch.baseline_curve", "version": 1, "load": "running_requests",
-"unit": "tokens_per_second_per_stream", "points": [{"running": 1, "tokens_per_second": 90.0,
-"requests": 8}, …], "source": "…"}``.
+"unit": "tokens_per_second_per_stream", "load_measured": true, "points": [{"running": 1.0,
+"tokens_per_second": 90.0, "requests": 8, "streams": 1}, …], "source": "…"}``. ``load_measured``: each
+point's ``running`` is the server's own median running requests while it was measured (its log lines or
+``/metrics``, as the daemon measures load); false (and in files before it existed): the client's stream
+count, which a closed loop only approximates (prefill gaps, queueing) — the daemon says it compares against
+a nominal curve.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class CurvePoint:
     running: float
     tokens_per_second: float
     requests: int = 0
+    streams: int | None = None  # the client's closed-loop streams that produced it
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,7 @@ class BaselineCurve:
     points: tuple[CurvePoint, ...]
     source: str = ""
     valid_up_to: float | None = None  # a fixed one-point baseline: valid at low load only
+    load_measured: bool = False  # running = the server's measured load (else the nominal stream count)
 
     @classmethod
     def fixed(cls, tps: float) -> BaselineCurve:
@@ -90,12 +96,15 @@ class BaselineCurve:
         if self.valid_up_to is not None:
             return f"fixed {self.points[0].tokens_per_second:g} tok/s (valid up to {self.valid_up_to:g} running)"
         return (f"curve of {len(self.points)} points, running {self.points[0].running:g}–{self.points[-1].running:g}"
-                f" (extrapolated up to {self.max_load:g})")
+                f" (extrapolated up to {self.max_load:g}; load "
+                + ("measured on the server)" if self.load_measured else "nominal: the client's stream counts)"))
 
     def to_doc(self) -> dict[str, Any]:
         return {"kind": KIND, "version": 1, "load": "running_requests", "unit": "tokens_per_second_per_stream",
-                "points": [{"running": p.running, "tokens_per_second": p.tokens_per_second, "requests": p.requests}
-                           for p in self.points], "source": self.source}
+                "load_measured": self.load_measured,
+                "points": [{"running": p.running, "tokens_per_second": p.tokens_per_second, "requests": p.requests,
+                            **({"streams": p.streams} if p.streams is not None else {})} for p in self.points],
+                "source": self.source}
 
 
 def baseline_at(curve: BaselineCurve | None, ab: bool, load: float | None) -> BaselineAt:
@@ -141,17 +150,21 @@ def from_doc(doc: Any, where: str = "baseline curve") -> BaselineCurve:
     for i, p in enumerate(raw):
         if not isinstance(p, dict):
             raise ConfigError(f"{where}: points[{i}]: expected an object")
-        req = p.get("requests", 0)
+        req, streams = p.get("requests", 0), p.get("streams")
         if isinstance(req, bool) or not isinstance(req, int) or req < 0:
             raise ConfigError(f"{where}: points[{i}].requests: {req!r} is not a count")
+        if streams is not None and (isinstance(streams, bool) or not isinstance(streams, int) or streams < 1):
+            raise ConfigError(f"{where}: points[{i}].streams: {streams!r} is not a stream count")
         pts.append(CurvePoint(_num(p.get("running"), where, f"points[{i}].running", 1e-9, MAX_LOAD),
                               _num(p.get("tokens_per_second"), where, f"points[{i}].tokens_per_second", 1e-9, MAX_TPS),
-                              req))
+                              req, streams))
     pts.sort(key=lambda p: p.running)
     if any(math.isclose(a.running, b.running) for a, b in itertools.pairwise(pts)):
         raise ConfigError(f"{where}: points: two points at the same running load")
-    source = doc.get("source", "")
-    return BaselineCurve(tuple(pts), str(source)[:200])
+    source, measured = doc.get("source", ""), doc.get("load_measured", False)
+    if not isinstance(measured, bool):
+        raise ConfigError(f"{where}: load_measured: expected true or false, got {measured!r}")
+    return BaselineCurve(tuple(pts), str(source)[:200], load_measured=measured)
 
 
 def read(path: str) -> BaselineCurve:

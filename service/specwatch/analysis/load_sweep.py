@@ -16,6 +16,7 @@ crossover for step counts and concurrencies the sweep did not run.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -90,15 +91,19 @@ def schedule(bs: list[Band], top: int | None = None) -> list[tuple[int, int, int
 
 
 def baseline_curve(results: Sequence[ConfigResult], source: str) -> BaselineCurve | None:
+    """Plain decoding's per-stream rate by load. The load is the server's own measured running requests at
+    each level when every level has one and they rise with the stream count; else the stream counts, and the
+    curve says it is nominal."""
     plain = plain_of(results)
     if plain is None:
         return None
-    pts = []
-    for c in levels(results):
-        tps = plain.stream_tps(c)
-        if tps:
-            pts.append(CurvePoint(float(c), tps, len(plain.per_request(c))))
-    return BaselineCurve(tuple(pts), source) if pts else None
+    cells = [(c, tps, plain.by_concurrency[c]) for c in levels(results) if (tps := plain.stream_tps(c))]
+    loads = [lvl.server_load for _, _, lvl in cells]
+    measured = bool(cells) and all(x is not None for x in loads) and all(
+        a is not None and b is not None and b > a * 1.0001 for a, b in itertools.pairwise(loads))
+    pts = tuple(CurvePoint(lvl.server_load if measured and lvl.server_load is not None else float(c), tps,
+                           len(plain.per_request(c)), c) for c, tps, lvl in cells)
+    return BaselineCurve(pts, source, load_measured=measured) if pts else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
-"""Pooling server samples over a stretch of log: the one rule for "the accept length of these lines".
-Analysis stage; pure.
+"""Pooling server samples over a stretch of log: the one rule for "the accept length of these lines", and
+for "the load these lines (or scrapes) say the server was under". Analysis stage; pure.
 
 vLLM prints one line per stats interval whose numbers cover every draft of that interval, so its lines are
 weighted by drafted tokens (an idle interval with 10 drafts must not count like a busy one with 10,000).
@@ -9,9 +9,11 @@ Per-position acceptance is pooled with the same weights.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from ..records import ServerSample
+from ..results import LoadSource
 
 
 def weight(s: ServerSample) -> float:
@@ -53,3 +55,14 @@ class SamplePool:
     @property
     def draft_acceptance_rate(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
+
+
+def level_load(log: list[ServerSample], scraped: tuple[int, ...]) -> tuple[float | None, LoadSource]:
+    """The load a level put on the server, as the daemon measures load: the median running requests of its
+    decode log lines while busy, else of its ``/metrics`` scrapes; (None, "") when the server said neither."""
+    running = [s.running for s in log if s.is_decode and s.running]
+    if running:
+        return float(statistics.median(running)), "log"
+    if scraped:
+        return float(statistics.median(scraped)), "scrape"
+    return None, ""

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import codec, options
-from ..analysis import advisor, cost_model, engine_flags, load_sweep
+from ..analysis import advisor, cost_model, engine_flags, load_sweep, server_log
 from ..analysis import baseline as baseline_mod
 from ..analysis.bench_results import analyse
 from ..analysis.server_log import SamplePool
@@ -41,7 +41,7 @@ from ..export import bench_report, sweep_report
 from ..launch import Server, wait_ready
 from ..options import default
 from ..probe.bounded import BenchSpec, collect
-from ..records import ApiChoice, RunInfo
+from ..records import ApiChoice, RunInfo, ServerSample
 from ..results import ConfigResult, LevelResult, SweepDoc, levels
 from ..server.logparse import parse_line
 from ..server.logtail import SourceState, file_lines
@@ -132,20 +132,23 @@ def label(cfg: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in cfg.items()) or "baseline"
 
 
-def log_stats(path: Path, offset: int) -> tuple[float | None, tuple[float, ...]]:
-    """From the decode / SpecDecoding lines written after ``offset``: the pooled accept length and
-    per-position acceptance (``analysis.server_log``'s weighting)."""
-    pool = SamplePool()
+def log_samples(path: Path, start: int, end: int | None = None) -> list[ServerSample]:
+    """The server samples (decode / SpecDecoding / Engine lines) written between two offsets of its log."""
     try:
         with path.open("rb") as f:
-            f.seek(offset)
-            data = f.read()
+            f.seek(start)
+            data = f.read() if end is None else f.read(max(0, end - start))
     except OSError:
         data = b""
-    for ln in file_lines([data], SourceState()):
-        sample = parse_line(ln).sample
-        if sample is not None:
-            pool.add(sample)
+    return [smp for ln in file_lines([data], SourceState()) if (smp := parse_line(ln).sample) is not None]
+
+
+def log_stats(path: Path, offset: int) -> tuple[float | None, tuple[float, ...]]:
+    """From the lines written after ``offset``: the pooled accept length and per-position acceptance
+    (``analysis.server_log``'s weighting)."""
+    pool = SamplePool()
+    for sample in log_samples(path, offset):
+        pool.add(sample)
     return pool.accept_length, tuple(pool.position_acceptance)
 
 
@@ -164,7 +167,7 @@ def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResu
         elapsed = wait_ready(spec.server_url, server, sw.ready_timeout_s, say=lambda m: print(m, flush=True))
         print(f"  ready after {elapsed:.0f}s", flush=True)
         offset = log_path.stat().st_size if log_path and log_path.exists() else 0
-        info, by_c = measure_levels(sw, spec)
+        info, by_c = measure_levels(sw, spec, log_path)
         log_al, log_pos = log_stats(log_path, offset) if log_path else (None, ())
         steps, draft_tokens = info.steps or 0, info.draft_tokens or 1
         n = cfg.get("steps", cfg.get("k", ""))
@@ -188,8 +191,10 @@ def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResu
     return replace(result, finished=time.time())
 
 
-def measure_levels(sw: SweepSpec, spec: BenchSpec) -> tuple[RunInfo, dict[int, LevelResult]]:
-    """Bench the ready server at every concurrency level; the first level's run info with the levels."""
+def measure_levels(sw: SweepSpec, spec: BenchSpec, log_path: Path | None
+                   ) -> tuple[RunInfo, dict[int, LevelResult]]:
+    """Bench the ready server at every concurrency level, with the load its log or metrics reported; the first
+    level's run info with the levels."""
     import uvloop
 
     by_c: dict[int, LevelResult] = {}
@@ -198,14 +203,22 @@ def measure_levels(sw: SweepSpec, spec: BenchSpec) -> tuple[RunInfo, dict[int, L
         spec_c = level_spec(spec, c)
         if len(sw.levels) > 1:
             print(f"  -- concurrency {c}: {spec_c.num_runs} requests ({spec_c.warmup} warmup)", flush=True)
+        start = log_path.stat().st_size if log_path and log_path.exists() else 0
         info, records = uvloop.run(collect(spec_c, say=lambda m: print(m, flush=True)))
+        end = log_path.stat().st_size if log_path and log_path.exists() else 0
+        load, source = server_log.level_load(log_samples(log_path, start, end) if log_path else [], info.server_running)
         analysed = analyse(info, records)
         print(bench_report.text(analysed.doc, records), flush=True)
         reasons = analysed.doc.all_failed()
         if reasons:
             raise LaunchError(f"every request failed at concurrency {c}: {reasons}")
         first = first or info
-        by_c[c] = LevelResult(analysed.doc.results, analysed.doc.runs)
+        by_c[c] = LevelResult(analysed.doc.results, analysed.doc.runs, load, source)
+        if len(sw.levels) > 1:
+            print(f"  server load at {c} streams: " + (f"{load:g} running requests (median, from its {source})"
+                                                        if load is not None else "not reported (no --log-file, "
+                                                        "no /metrics): the curve keeps the stream count"),
+                  flush=True)
     assert first is not None  # sw.levels is never empty
     return first, by_c
 
@@ -293,7 +306,10 @@ def by_load(results: list[ConfigResult], out: Path) -> str:
     curve = load_sweep.baseline_curve(results, f"specwatch sweep, {time.strftime('%Y-%m-%d %H:%M')}")
     if curve is not None:
         baseline_mod.save(out / "baseline-curve.json", curve)
-        print(f"\nbaseline curve (plain decoding by load): {out / 'baseline-curve.json'} "
+        how = ("load = the server's measured running requests" if curve.load_measured else
+               "load = the stream counts (nominal: the server reported no load; give --log-file, or run it with "
+               "its /metrics)")
+        print(f"\nbaseline curve (plain decoding by load; {how}): {out / 'baseline-curve.json'} "
               "(specwatch run --baseline-curve FILE)")
     print(sweep_report.plot_load(out / "sweep-load.png", results))
     return text

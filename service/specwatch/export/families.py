@@ -73,6 +73,9 @@ class ServerFamily(_Family):
         self.gen = g("specwatch_server_gen_throughput_tokens_per_second", "Server generation throughput.", SD)
         self.running = g("specwatch_server_running_requests", "Requests running on the server.", SD)
         self.queued = g("specwatch_server_queued_requests", "Requests queued on the server.", SD)
+        self.steps = g("specwatch_server_speculative_steps", "Draft steps the server runs now (scrape): SGLang's "
+                       "sglang:spec_num_steps, vLLM's draft tokens per drafted step since the last scrape (0: it "
+                       "generated without drafting).", SD)
         self.positions = g("specwatch_server_position_acceptance_ratio",
                            "Per-position draft acceptance (1-based position; vLLM).", ["source", "position"])
         self.samples = self.counter("specwatch_server_samples", "Server reports turned into samples.", ["source"])

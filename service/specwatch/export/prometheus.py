@@ -115,7 +115,8 @@ class Exporter:
         f.samples.labels(channel).inc()
         dp = dp_label(s.dp_rank or "0")
         for gauge, value in ((f.accept, s.accept_length), (f.rate, s.accept_rate), (f.gen, s.gen_throughput),
-                             (f.running, s.running if s.is_decode else None), (f.queued, s.queued)):
+                             (f.running, s.running if s.is_decode else None), (f.queued, s.queued),
+                             (f.steps, s.speculative_steps)):
             if value is not None:
                 gauge.labels(channel, dp).set(value)
         if s.position_acceptance:

@@ -6,18 +6,22 @@ and the records out; ``bench`` and ``sweep`` analyse them (``analysis.bench_resu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AuthError, TargetError
+import aiohttp
+
+from ..errors import AuthError, ResponseTooLarge, TargetError
 from ..options import default
 from ..records import ApiChoice, LoopLag, RequestRecord, RunInfo
+from ..server.scrape import ScrapeState, samples_from_text
 from . import lag as lag_mod
 from . import prompts as prompt_sets
-from .client import Access, Timeouts, make_session
+from .client import Access, Timeouts, get_text, make_session
 from .detect import UNREACHABLE, ServerInfo, detect, lifetime_accept_length, speculation_of
 from .runner import ProbeSetup, run_probes
 from .stream import GenParams, Target
@@ -125,7 +129,13 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
         say(f"  max_tokens={spec.max_tokens}, num_runs={spec.num_runs}, warmup={spec.warmup}\n")
         setup = ProbeSetup(plan, [Target("spec", spec.server_url, info.api, info.model)], plist, params,
                            spec.timeouts, spec.access, spec.workers, spec.tokenizer is not None)
-        intervals = await run_probes(setup, printer, asyncio.Event(), lag_mod.LagMonitor(interval_s=1.0))
+        done = asyncio.Event()
+        sampler = asyncio.create_task(running_requests(session, spec.server_url, done))
+        try:
+            intervals = await run_probes(setup, printer, asyncio.Event(), lag_mod.LagMonitor(interval_s=1.0))
+        finally:
+            done.set()
+        running = await sampler
         lag = lag_mod.loop_lag(intervals) if intervals else LoopLag()
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
@@ -133,5 +143,33 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
     run = RunInfo(server_url=spec.server_url, api=info.api, model=info.model, server_info=info.info,
                   steps=steps, draft_tokens=draft_tokens,
                   lifetime_accept_length=lifetime, settings=spec.settings,
-                  start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9, loop_lag=lag)
+                  start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9, loop_lag=lag,
+                  server_running=tuple(running))
     return run, printer.records
+
+
+LOAD_EVERY_S = 0.5
+MAX_LOAD_SAMPLES = 100_000
+
+
+async def running_requests(session: aiohttp.ClientSession, url: str, done: asyncio.Event) -> list[int]:
+    """The server's running requests from its own ``/metrics`` (SGLang with ``--enable-metrics``, vLLM), every
+    ``LOAD_EVERY_S`` until ``done``, busy moments only: what load a run really put on the server. A server
+    without metrics (or one that refuses them) gives none; a failed scrape is skipped, never raised."""
+    out: list[int] = []
+    state = ScrapeState()
+    while not done.is_set() and len(out) < MAX_LOAD_SAMPLES:
+        try:
+            status, text = await get_text(session, url + "/metrics")
+        except (*UNREACHABLE, ResponseTooLarge, TargetError):
+            status, text = 0, ""
+        if status in (401, 403, 404):
+            break  # no metrics here: none will come
+        try:
+            samples = samples_from_text(text, state) if status == 200 else []
+        except ValueError:  # not an exposition
+            samples = []
+        out += [s.running for s in samples if s.running]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), LOAD_EVERY_S)
+    return out

@@ -90,8 +90,12 @@ def _spec_from_vllm(m: Any, completion_tokens: int) -> SpecStats | None:
     if not isinstance(m, dict):
         return None
     steps, accepted = _int(m.get("num_spec_steps")), _int(m.get("num_accepted_draft_tokens"))
+    k = _int(m.get("num_spec_tokens"))
+    k = k if k is not None and 0 < k <= MAX_ACCEPT_LENGTH else MAX_ACCEPT_LENGTH
+    # a step yields its accepted drafts and one more token; vLLM also counts the accepted drafts of a last step
+    # that max_tokens cut short (at most k)
     if steps is None or accepted is None or not 0 < steps <= max(1, completion_tokens) or accepted < 0 \
-            or accepted + steps > completion_tokens:  # a step yields its accepted drafts and one more token
+            or accepted + steps > completion_tokens + k:
         return None
     hist = m.get("acceptance_histogram")
     counts = tuple(hist) if isinstance(hist, list) and all(_int(h) is not None and h >= 0 for h in hist) else ()

@@ -193,7 +193,8 @@ class Stats:
 
 def positions_of(rounds_by_accepted: list[int]) -> tuple[float, ...]:
     """Share of verify rounds whose draft position i (index 0 = position 1) was accepted, from the server's
-    per-request histogram of accepted drafts per round (SGLang's spec_correct_drafts_histogram)."""
+    per-request histogram of accepted drafts per round (SGLang's spec_correct_drafts_histogram, vLLM's
+    metrics.speculative_decoding.acceptance_histogram: index j = rounds that accepted exactly j drafts)."""
     rounds = sum(rounds_by_accepted)
     if not rounds:
         return ()

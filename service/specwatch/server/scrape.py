@@ -1,10 +1,13 @@
-"""Server metrics scrape (``--server-metrics``): SGLang ``sglang:`` gauges, vLLM's load gauges
+"""Server metrics scrape (``--server-metrics``): SGLang ``sglang:`` gauges (``sglang:spec_num_steps`` is the
+step count in use: ``--speculative-adaptive`` moves it), vLLM's load gauges
 (``vllm:num_requests_running``/``waiting``, ``kv_cache_usage_perc``) and its ``vllm:spec_decode_*`` and
 ``generation_tokens`` counters turned into ``ServerSample``s. Server side, source + parse stage;
 ``samples_from_text`` is pure.
 
 vLLM's counters are turned into interval values from the delta between two scrapes:
-accept length = 1 + Δaccepted / Δdrafts, per-position acceptance = Δaccepted_per_pos / Δdrafts.
+accept length = 1 + Δaccepted / Δdrafts, per-position acceptance = Δaccepted_per_pos / Δdrafts, and the
+step count in use = Δdraft tokens / Δdrafts (a per-batch-size schedule changes it; 0 when the server generated
+without drafting).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ SGLANG_GAUGES = {
     "sglang:num_running_reqs": "running",
     "sglang:num_queue_reqs": "queued",
     "sglang:token_usage": "token_usage",
+    "sglang:spec_num_steps": "speculative_steps",
 }
 VLLM_GAUGES = {  # the load: running and waiting requests, KV cache use (0..1; older releases: gpu_cache_usage_perc)
     "vllm:num_requests_running": "running",
@@ -51,7 +55,8 @@ VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
 RANGES = {"accept_length": (0.0, float(MAX_ACCEPT_LENGTH)), "accept_rate": (0.0, 1.0), "gen_throughput": (0.0, 1e12),
-          "running": (0.0, 2.0**53), "queued": (0.0, 2.0**53), "token_usage": (0.0, 1.5)}
+          "running": (0.0, 2.0**53), "queued": (0.0, 2.0**53), "token_usage": (0.0, 1.5),
+          "speculative_steps": (0.0, float(MAX_ACCEPT_LENGTH))}
 MAX_DP_RANKS = 64  # beyond that, one "other" series: a scrape cannot add unbounded series
 MAX_POSITIONS = MAX_ACCEPT_LENGTH
 
@@ -129,16 +134,19 @@ def _generation_rates(sc: _Scrape, state: ScrapeState, now_s: float) -> None:
     state.prev_gen, state.prev_s = dict(sc.generation), now_s
 
 
-def _spec(sc: _Scrape, state: ScrapeState) -> dict[str, Any] | None:
+def _spec(sc: _Scrape, state: ScrapeState, generated: bool) -> dict[str, Any] | None:
     """Speculation over the interval since the previous scrape, from vLLM's counters' deltas; None before the
-    second scrape, without drafts, after a restart, or for values no server can have (counted)."""
+    second scrape, after a restart, or for values no server can have (counted); without drafts, only the step
+    count in use (0) when the server ``generated`` meanwhile."""
     d = {k: sc.counters[k] - state.prev.get(k, 0.0) for k in sc.counters}
     dpos = {p: sc.per_pos[p] - state.prev_pos.get(p, 0.0) for p in sc.per_pos}
     first = not state.prev
     state.prev, state.prev_pos = dict(sc.counters), dict(sc.per_pos)
     drafts = d.get("vllm:spec_decode_num_drafts", 0.0)
-    if first or drafts <= 0 or any(x < 0 for x in (*d.values(), *dpos.values())):  # went back: a new server
+    if first or any(x < 0 for x in (*d.values(), *dpos.values())):  # went back: a new server
         return None
+    if drafts <= 0:
+        return {"speculative_steps": 0.0} if generated else None
     acc = d.get("vllm:spec_decode_num_accepted_tokens", 0.0)
     drafted = d.get("vllm:spec_decode_num_draft_tokens", 0.0)
     positions = tuple(dpos[p] / drafts for p in sorted(dpos, key=int))
@@ -146,13 +154,15 @@ def _spec(sc: _Scrape, state: ScrapeState) -> dict[str, Any] | None:
         state.rejected += 1
         return None
     return {"accept_length": vllm_accept_length(acc, drafts), "accept_rate": min(1.0, acc / drafted) if drafted
-            else None, "accepted_tokens": int(acc), "drafted_tokens": int(drafted), "position_acceptance": positions}
+            else None, "accepted_tokens": int(acc), "drafted_tokens": int(drafted), "position_acceptance": positions,
+            "speculative_steps": drafted / drafts if drafted / drafts <= MAX_POSITIONS else None}
 
 
 def samples_from_text(text: str, state: ScrapeState, now_s: float | None = None) -> list[ServerSample]:
     """Samples from one scrape. With ``now_s`` (the scrape's monotonic time) vLLM's generation counter is
     turned into tok/s over the time since the previous scrape."""
     sc = _read(text, state)
+    generated = any(total > state.prev_gen.get(dp, total) for dp, total in sc.generation.items())
     if sc.generation and now_s is not None:
         _generation_rates(sc, state, now_s)
     out = []
@@ -161,8 +171,9 @@ def samples_from_text(text: str, state: ScrapeState, now_s: float | None = None)
         out.append(ServerSample(
             source="scrape", dp_rank=dp, accept_length=al if al else None, accept_rate=g.get("accept_rate"),
             gen_throughput=g.get("gen_throughput"), running=int(g["running"]) if "running" in g else None,
-            queued=int(g["queued"]) if "queued" in g else None, token_usage=g.get("token_usage")))
-    spec = _spec(sc, state) if sc.counters else None
+            queued=int(g["queued"]) if "queued" in g else None, token_usage=g.get("token_usage"),
+            speculative_steps=g.get("speculative_steps")))
+    spec = _spec(sc, state, generated) if sc.counters else None
     if spec is not None:
         if len(out) == 1:  # one engine: its load and its speculation in one sample
             out[0] = dataclasses.replace(out[0], **spec)
