@@ -6,11 +6,13 @@ conftest.py of its own, so that the root conftest stays the one module named ``c
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,8 +58,9 @@ class RealServer:
             os.killpg(self.popen.pid, signal.SIGKILL)
 
 
-def serve_command(port: int, k: int, stats_interval_s: float = 2.0, extra: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, str(HERE / "serve_vllm.py"), "--port", str(port), "--k", str(k),
+def serve_command(port: int, k: int, stats_interval_s: float = 2.0, extra: tuple[str, ...] = (),
+                  method: str = "ngram") -> list[str]:
+    return [sys.executable, str(HERE / "serve_vllm.py"), "--port", str(port), "--k", str(k), "--method", method,
             "--stats-interval", str(stats_interval_s), *(("--", *extra) if extra else ())]
 
 
@@ -74,12 +77,13 @@ def vllm_installed() -> dict[str, float]:
     return took
 
 
-def launch(tmp: Path, k: int, name: str, extra: tuple[str, ...] = ()) -> RealServer:
-    """serve_vllm.py at ``k`` ngram draft tokens (0: plain), with ``extra`` vllm serve flags as given."""
+def launch(tmp: Path, k: int, name: str, extra: tuple[str, ...] = (), method: str = "ngram") -> RealServer:
+    """serve_vllm.py at ``k`` draft tokens of ``method`` (0: plain), with ``extra`` vllm serve flags as given."""
     port = free_port()
     log = tmp / f"{name}.log"
     with log.open("wb") as fh:
-        popen = subprocess.Popen(serve_command(port, k, extra=extra), stdout=fh, stderr=subprocess.STDOUT,
+        popen = subprocess.Popen(serve_command(port, k, extra=extra, method=method), stdout=fh,
+                                 stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
     return RealServer(port, k, log, popen)
 
@@ -100,16 +104,41 @@ def wait_ready(server: RealServer, name: str, t0: float) -> None:
             tail = "\n".join(server.output().splitlines()[-25:])
             pytest.fail(f"vLLM ({name}) not ready after {START_TIMEOUT_S:.0f} s:\n{tail}", pytrace=False)
         time.sleep(0.5)
+    smoke(server, name)
     TIMINGS[f"start {name} (s)"] = time.monotonic() - t0
+
+
+def smoke(server: RealServer, name: str) -> None:
+    """One real request after ``/health``: an EAGLE-3 head whose aux-layer ids do not fit the target passes
+    ``/health`` and kills the engine on its first request, so health alone proves nothing."""
+    body = json.dumps({"model": "tiny-llama", "prompt": "def f(x):", "max_tokens": 8, "temperature": 0}).encode()
+    req = urllib.request.Request(server.url + "/v1/completions", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            ok = r.status == 200 and json.loads(r.read())["usage"]["completion_tokens"] == 8
+    except (OSError, ValueError, KeyError) as exc:
+        ok, why = False, str(exc)
+    else:
+        why = "" if ok else "an answer without 8 completion tokens"
+    healthy = False
+    with contextlib.suppress(OSError):
+        healthy = ok and server.popen.poll() is None and http_get(server.url + "/health")[0] == 200
+    if not healthy:
+        tail = "\n".join(server.output().splitlines()[-12:])
+        server.stop()
+        pytest.fail(f"vLLM ({name}) answered /health but its first request failed ({why or 'the engine died'}): "
+                    f"an EAGLE-3 head whose aux-layer ids do not fit the target does this\n{tail}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def real_servers(vllm_installed: dict[str, float], tmp_path_factory: pytest.TempPathFactory
                  ) -> Iterator[dict[str, RealServer]]:
-    """vLLM with ngram speculation (k = 3) and without, started side by side (their start is mostly imports
-    and the two overlap well on two cores) and kept for the whole tier; the tests use one at a time."""
+    """vLLM with ngram speculation (k = 3), with EAGLE-3 (the distilled head, k = 3) and without, started side by
+    side (their start is mostly imports and they overlap well on two cores) and kept for the whole tier; the
+    tests use one at a time."""
     tmp = tmp_path_factory.mktemp("vllm")
-    servers = {"spec": launch(tmp, 3, "vllm-ngram-k3"), "plain": launch(tmp, 0, "vllm-plain")}
+    servers = {"spec": launch(tmp, 3, "vllm-ngram-k3"), "plain": launch(tmp, 0, "vllm-plain"),
+               "eagle3": launch(tmp, 3, "vllm-eagle3-k3", method="eagle3")}
     t0 = time.monotonic()
     try:
         for server in servers.values():
@@ -129,6 +158,41 @@ def spec_server(real_servers: dict[str, RealServer]) -> RealServer:
 @pytest.fixture(scope="session")
 def plain_server(real_servers: dict[str, RealServer]) -> RealServer:
     return real_servers["plain"]
+
+
+@pytest.fixture(scope="session")
+def eagle_server(real_servers: dict[str, RealServer]) -> RealServer:
+    return real_servers["eagle3"]
+
+
+@pytest.fixture(params=["spec", "eagle3"], ids=["ngram", "eagle3"])
+def speculative_server(request: pytest.FixtureRequest, real_servers: dict[str, RealServer]) -> RealServer:
+    """Each speculative server in turn: ngram's all-or-nothing loops, and EAGLE-3's acceptance that decays with
+    the draft position."""
+    return real_servers[request.param]
+
+
+@pytest.fixture(scope="session")
+def heldout_prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Code the EAGLE-3 head never saw: snippets from the stdlib files its trainer held out (the same split),
+    where a draft model is uncertain right after the prompt, before the output settles into a loop."""
+    import hashlib
+    import random
+
+    import tiny_model
+
+    files = [p for p in tiny_model.corpus_files() if int(hashlib.sha1(p.name.encode()).hexdigest(), 16) % 10 == 0]
+    rng = random.Random(7)
+    rows: list[str] = []
+    while len(rows) < 24:
+        text = rng.choice(files).read_text(encoding="utf-8", errors="replace")
+        starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+        snippet = text[(s := rng.choice(starts)):s + 240]
+        if len(snippet) >= 200 and snippet.strip():
+            rows.append(json.dumps({"text": snippet, "domain": "code"}))
+    path = tmp_path_factory.mktemp("prompts") / "heldout.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
 
 
 def summary_lines() -> list[str]:

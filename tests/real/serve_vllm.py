@@ -1,7 +1,7 @@
 """Start the real vLLM server of the real-server tier, as our CPU machines need it, and keep it in the
 foreground until SIGTERM. Used by the tier's fixture and as ``sweep --launch``'s command (stdlib only).
 
-    python tests/real/serve_vllm.py --port 8000 [--k 3] [-- extra vllm serve flags]
+    python tests/real/serve_vllm.py --port 8000 [--k 3] [--method ngram|eagle3] [-- extra vllm serve flags]
 
 What it does beyond ``vllm serve``: preloads tcmalloc and Intel OpenMP (vLLM warns of a large loss without
 them), fixes the KV cache at 1 GiB and the memory share low (other processes run beside it), turns off
@@ -32,17 +32,20 @@ import vllm_env
 MODEL_NAME = "tiny-llama"
 
 
-def speculative_config(k: int) -> dict[str, object]:
-    """The tier's ngram config at ``k`` draft tokens (``sweep --speculative-config`` is given the same)."""
+def speculative_config(k: int, method: str = "ngram") -> dict[str, object]:
+    """The tier's config at ``k`` draft tokens (``sweep --speculative-config`` is given the same): ngram, or
+    EAGLE-3 with the distilled head (vLLM wants its path absolute)."""
+    if method == "eagle3":
+        return {"method": "eagle3", "model": str(vllm_env.head_dir().resolve()), "num_speculative_tokens": k}
     return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
 
-def command(port: int, k: int | None, extra: list[str]) -> list[str]:
+def command(port: int, k: int | None, extra: list[str], method: str = "ngram") -> list[str]:
     cmd = [str(vllm_env.python()), str(vllm_env.shim()), "serve", str(vllm_env.model_dir()), "--host", "127.0.0.1",
            "--port", str(port), "--served-model-name", MODEL_NAME, "--max-model-len", "2048",
            "--gpu-memory-utilization", "0.3", "--enforce-eager", "--max-num-seqs", "64"]
     if k:
-        cmd += ["--speculative-config", json.dumps(speculative_config(k)), "--per-request-spec-decode-metrics",
+        cmd += ["--speculative-config", json.dumps(speculative_config(k, method)), "--per-request-spec-decode-metrics",
                 "summary"]  # metrics.speculative_decoding on every response: specwatch reads it
     return cmd + extra
 
@@ -101,7 +104,8 @@ def pin_engine_core(pgid: int) -> str:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--k", type=int, default=0, help="ngram draft tokens; 0: plain decoding")
+    p.add_argument("--k", type=int, default=0, help="draft tokens; 0: plain decoding")
+    p.add_argument("--method", default="ngram", choices=["ngram", "eagle3"], help="the drafter (default ngram)")
     p.add_argument("--stats-interval", type=float, default=2.0)
     p.add_argument("--ready-timeout", type=float, default=300.0)
     p.add_argument("extra", nargs="*")
@@ -111,7 +115,12 @@ def main() -> int:
     except vllm_env.SetupError as exc:
         print(f"serve_vllm: {exc}", file=sys.stderr, flush=True)
         return 3
-    child = subprocess.Popen(command(a.port, a.k, a.extra), env=environment(a.stats_interval), stdin=subprocess.DEVNULL)
+    # every CPU to vLLM, whatever this process inherited (a client pinned to CPU 1 that launches it, as a sweep
+    # does): vLLM binds its Worker itself, keeping CPU 1 for the frontend, and would otherwise put the Worker
+    # on the client's CPU
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    child = subprocess.Popen(command(a.port, a.k, a.extra, a.method), env=environment(a.stats_interval),
+                             stdin=subprocess.DEVNULL)
     signal.signal(signal.SIGTERM, lambda *_: child.terminate())
     deadline = time.monotonic() + a.ready_timeout
     while child.poll() is None and not healthy(a.port):

@@ -1,5 +1,5 @@
-"""specwatch against a real vLLM server with ngram speculation (k = 3), greedy traffic only: every number is
-checked against what the server itself reports (its counters, its log lines)."""
+"""specwatch against real vLLM servers speculating with ngram and with EAGLE-3 (k = 3 each), greedy traffic
+only: every number is checked against what the server itself reports (its counters, its log lines)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from vllm_truth import engine_lines, metrics, spec_lines
 
 from conftest import free_port, http_get, http_json, specwatch_cmd, wait_until
 from specwatch import codec
+from specwatch.recorder.stats import positions_of
 from specwatch.records import RequestRecord
 
 pytestmark = pytest.mark.integration
@@ -28,9 +29,14 @@ def bench(url: str, tmp: Path, *flags: str) -> tuple[dict, list[RequestRecord]]:
     return json.loads(out.read_text()), records
 
 
-def test_bench_counts_what_the_server_generated_and_chunks_carry_verify_rounds(spec_server, tmp_path):
+def test_bench_counts_what_the_server_generated_and_chunks_carry_verify_rounds(speculative_server, heldout_prompts,
+                                                                              tmp_path):
+    spec_server = speculative_server
+    eagle = "eagle3" in spec_server.log.stem
+    # EAGLE-3 on code its head never saw (ngram on the built-in prompts, whose output loops at once)
+    prompts = ("--prompts", str(heldout_prompts), "--num-runs", "24") if eagle else ("--num-runs", "8")
     before = metrics(spec_server.url)
-    doc, records = bench(spec_server.url, tmp_path, "--max-tokens", "128", "--num-runs", "8", "--warmup", "1")
+    doc, records = bench(spec_server.url, tmp_path, "--max-tokens", "128", "--warmup", "1", *prompts)
     after = metrics(spec_server.url)
     assert doc["server_info"]["engine"] == "vllm" and doc["server_info"]["num_speculative_tokens"] == 3
     assert all(r.ok and r.tokens_exact for r in records)
@@ -69,12 +75,29 @@ def test_bench_counts_what_the_server_generated_and_chunks_carry_verify_rounds(s
     client_al = doc["results"]["accept_length_client"]
     assert client_al == pytest.approx(1 + sum(r.spec.accepted_drafts for r in measured)
                                       / sum(r.spec.verify_ct for r in measured), rel=1e-9)
-    COMPARISONS.append(f"bench k=3: accept length {client_al:.3f} from metrics.speculative_decoding; vLLM's "
+    # per-position acceptance: specwatch's, from each request's acceptance_histogram, against vLLM's counters
+    drafts = delta("vllm:spec_decode_num_drafts_total")
+    server_pos = [delta(f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{{i}}}") / drafts for i in range(3)]
+    hist: list[int] = []
+    for r in records:
+        hist = [a + b for a, b in itertools.zip_longest(hist, r.spec.histogram, fillvalue=0)]
+    client_pos = positions_of(hist)
+    assert client_pos == pytest.approx(server_pos, abs=0.02), (client_pos, server_pos)
+    assert doc["results"]["position_acceptance"] == pytest.approx(
+        list(positions_of([sum(x) for x in itertools.zip_longest(*(r.spec.histogram for r in measured),
+                                                                 fillvalue=0)])), abs=1e-9)
+    name = spec_server.log.stem
+    if eagle:  # a draft model: high at the first position, decaying with depth
+        assert server_al >= 2.0, server_al
+        assert all(a > b for a, b in itertools.pairwise(server_pos)), server_pos
+    COMPARISONS.append(f"bench {name}: per-position {', '.join(f'{x:.3f}' for x in client_pos)} from the "
+                       f"per-request histograms; vLLM's counters {', '.join(f'{x:.3f}' for x in server_pos)}")
+    COMPARISONS.append(f"bench {name}: accept length {client_al:.3f} from metrics.speculative_decoding; vLLM's "
                        f"counters over the same requests (warm-up included) {server_al:.3f}, per request "
                        f"{per_request:.3f}")
     assert doc["results"]["accept_length_server_lifetime"] == pytest.approx(
         1 + after["vllm:spec_decode_num_accepted_tokens_total"] / after["vllm:spec_decode_num_drafts_total"], rel=0.05)
-    COMPARISONS.append(f"bench k=3: tokens {sum(r.output_tokens for r in records)} = server {generated:.0f}; "
+    COMPARISONS.append(f"bench {name}: tokens {sum(r.output_tokens for r in records)} = server {generated:.0f}; "
                        f"chunks {chunks} vs server steps {steps:.0f}; tokens beyond one per chunk {extra} vs "
                        f"accepted {accepted:.0f}; tokens/chunk {client_tpc:.2f} (server accept length "
                        f"{server_al:.2f} over drafted steps); "
@@ -102,7 +125,8 @@ def test_aggregate_tokens_per_second_match_the_servers_generation_throughput(spe
                        f"{server_tps:.0f} over {len(busy)} intervals")
 
 
-def test_daemon_server_accept_length_is_the_servers_last_line(spec_server, procs):
+def test_daemon_server_accept_length_is_the_servers_last_line(speculative_server, procs):
+    spec_server = speculative_server
     port = free_port()
     d = procs.start(specwatch_cmd("run", "--listen", f"127.0.0.1:{port}", "--server-url", spec_server.url,
                                   "--log-file", str(spec_server.log), "--server-metrics", "--interval-s", "0.5",
@@ -118,8 +142,9 @@ def test_daemon_server_accept_length_is_the_servers_last_line(spec_server, procs
         if len(spec_lines(spec_server.log)) != len(lines):  # a line landed in between: read again
             return None
         last = summary["server"]["last"].get("vllm_spec")
-        if last is None or last["accept_length"] != lines[-1].mean:
-            return None  # the daemon has not read the newest line yet
+        if last is None or last["accept_length"] != lines[-1].mean or \
+                tuple(last["position_acceptance"]) != lines[-1].positions:
+            return None  # the daemon has not read the newest line yet (two lines can share a mean)
         return summary, lines[-1]
 
     summary, line = wait_until(settled, timeout_s=60, every_s=0.2, what="the daemon on the newest SpecDecoding line")
@@ -135,8 +160,17 @@ def test_daemon_server_accept_length_is_the_servers_last_line(spec_server, procs
     assert f'specwatch_server_accept_length{{dp_rank="0",source="log"}} {line.mean}' in text, \
         [ln for ln in text.splitlines() if "server_accept_length" in ln]
     assert "specwatch_server_metrics_up 1.0" in text
-    COMPARISONS.append(f"daemon: server accept length {last['accept_length']} = last line {line.mean}; "
-                       f"per-position {tuple(last['position_acceptance'])} = {line.positions}")
+    # the draft tokens per drafted step the server runs now, from its counters: its k (no schedule here)
+
+    def steps_in_use():
+        body = http_get(d.url + "/metrics")[1].decode()
+        v = [float(ln.split()[-1]) for ln in body.splitlines() if ln.startswith("specwatch_server_speculative_steps{")]
+        return v[0] if v and 2.5 < v[0] <= 3.0 else None
+
+    steps = wait_until(steps_in_use, timeout_s=20, every_s=0.5, what="specwatch_server_speculative_steps near 3")
+    COMPARISONS.append(f"daemon on {spec_server.log.stem}: server accept length {last['accept_length']} = last "
+                       f"line {line.mean}; per-position {tuple(last['position_acceptance'])} = {line.positions}; "
+                       f"steps in use {steps:.2f}")
 
 
 def test_parse_log_pools_the_real_lines_by_drafted_tokens(spec_server, tmp_path):

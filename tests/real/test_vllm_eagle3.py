@@ -1,0 +1,101 @@
+"""Real EAGLE-3 on the CPU: the health check that lies, and the seed's tuning story replayed on a real server.
+
+The head is the tier's distilled one (``eagle3_head.py``, cached beside the vLLM environment). Greedy
+acceptance is deterministic run to run, so acceptance is asserted; tok/s is what the sweep measures and
+the advisor predicts, never "speculation is faster"."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import vllm_env
+from realserver import COMPARISONS, HERE, TIMINGS, launch, wait_ready
+
+from conftest import free_port, specwatch_cmd
+
+pytestmark = pytest.mark.integration
+KS = (1, 2, 3, 5)
+HELD_OUT = 3  # the advisor is fitted without it, then predicts it
+
+
+def pinned(cmd: list[str]) -> list[str]:
+    """Clients on CPU 1, beside the API server, off the Worker's CPU 0 (vllm-cpu.md)."""
+    return cmd if os.environ.get("REALTIER_PIN_CLIENTS", "1") == "0" else ["taskset", "-c", "1", *cmd]
+
+
+def test_a_head_whose_aux_ids_do_not_fit_passes_health_and_fails_the_smoke_check(vllm_installed, tmp_path):
+    head = tmp_path / "bad-head"
+    subprocess.run([str(vllm_env.python()), str(HERE / "eagle3_head.py"), str(vllm_env.model_dir()), str(head),
+                    "--random", "--no-aux-pin"], check=True, capture_output=True, timeout=600)
+    cfg = json.dumps({"method": "eagle3", "model": str(head.resolve()), "num_speculative_tokens": 2})
+    t0 = time.monotonic()
+    server = launch(tmp_path, 0, "vllm-eagle3-bad-aux", ("--speculative-config", cfg))
+    try:
+        with pytest.raises(pytest.fail.Exception, match="answered /health but its first request failed"):
+            wait_ready(server, "vllm-eagle3-bad-aux", t0)  # its /health is 200: only the request tells
+        # two aux states (512 wide) reach an fc that expects three (768): the engine dies on the request
+        assert re.search(r"512 vs 768|x512 and 768x", server.output()), server.output()[-3000:]
+    finally:
+        server.stop()
+    TIMINGS["EAGLE-3 head with wrong aux ids, start to refusal (s)"] = time.monotonic() - t0
+
+
+def test_the_seeds_story_replayed_on_real_eagle3(vllm_installed, heldout_prompts, tmp_path):
+    """``sweep`` over num_speculative_tokens 1, 2, 3, 5 and plain decoding, at 1 and 4 streams, unattended; then
+    ``advise`` fitted without k=3 predicts it."""
+    port = free_port()
+    serve = f"{sys.executable} {HERE / 'serve_vllm.py'} --port {port}"
+    out = tmp_path / "sweep"
+    t0 = time.monotonic()
+    p = subprocess.run(pinned(specwatch_cmd(
+        "sweep", "--launch", serve + " --method eagle3 --k {k}", "--param", "k=" + ",".join(map(str, KS)),
+        "--baseline-launch", serve + " --k 0", "--server-url", f"http://127.0.0.1:{port}", "--concurrency", "1,4",
+        "--max-tokens", "96", "--num-runs", "12", "--warmup", "1", "--temperature", "0", "--ready-timeout-s", "300",
+        "--prompts", str(heldout_prompts),
+        "--out", str(out))), capture_output=True, text=True, timeout=1500)
+    TIMINGS["EAGLE-3 sweep, 5 starts x 2 loads (s)"] = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    doc = json.loads((out / "sweep.json").read_text())
+    by = {c["label"]: c for c in doc["configurations"]}
+    assert all(c["status"] == "ok" for c in by.values()), {k: c["error"] for k, c in by.items()}
+    assert [by[f"k={k}"]["steps"] for k in KS] == list(KS)  # the draft length from vLLM's own /metrics
+
+    def al(k):
+        return by[f"k={k}"]["results"]["accept_length_client"]
+
+    def tps(label, c=1):
+        return by[label]["by_concurrency"][str(c)]["results"]["decode_tokens_per_second"]
+
+    lengths = [al(k) for k in KS]
+    assert all(b > a for a, b in itertools.pairwise(lengths)), lengths  # grows with k
+    assert al(3) >= 2.0
+    assert re.search(r"^winner: \S+ at [\d.]+ tok/s", p.stdout, re.M), p.stdout[-3000:]
+    assert "Cycle model:" in p.stdout and "draft" in p.stdout and "verify" in p.stdout
+    # the advisor without k=3: its prediction for k=3 against what the sweep measured there
+    reduced = dict(doc, configurations=[c for c in doc["configurations"] if c["label"] != f"k={HELD_OUT}"])
+    (tmp_path / "without.json").write_text(json.dumps(reduced))
+    a = subprocess.run(specwatch_cmd("advise", "--from", str(tmp_path / "without.json")), capture_output=True,
+                       text=True, timeout=120)
+    assert a.returncode == 0, a.stderr
+    m = re.search(rf"steps\s+{HELD_OUT}: accept length ([\d.]+), cycle ([\d.]+) ms, ([\d.]+) tok/s", a.stdout)
+    assert m, a.stdout
+    predicted, measured = float(m.group(3)), tps(f"k={HELD_OUT}")
+    rows = [f"  {'config':<9}{'accept':>8}{'tok/s c=1':>11}{'vs plain':>9}{'tok/s c=4':>11}{'vs plain':>9}"]
+    for label in ["baseline", *(f"k={k}" for k in KS)]:
+        a1 = by[label]["results"]["accept_length_client"] or 1.0
+        rows.append(f"  {label:<9}{a1:>8.2f}{tps(label):>11.1f}{tps(label) / tps('baseline'):>8.2f}x"
+                    f"{tps(label, 4):>11.1f}{tps(label, 4) / tps('baseline', 4):>8.2f}x")
+    COMPARISONS.extend(["EAGLE-3 sweep (greedy, 96 tokens, held-out code):", *rows,
+                        f"  advisor without k={HELD_OUT}: predicts {predicted:.1f} tok/s, measured {measured:.1f} "
+                        f"({100 * (predicted / measured - 1):+.1f}%)"])
+    (HERE.parent.parent / "artifacts").mkdir(exist_ok=True)
+    (HERE.parent.parent / "artifacts" / "eagle3-sweep.txt").write_text(p.stdout + "\n\n--- advise without k=3\n"
+                                                                       + a.stdout)
+    assert predicted == pytest.approx(measured, rel=0.10), (predicted, measured)
