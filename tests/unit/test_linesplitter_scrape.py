@@ -1,7 +1,9 @@
 """Line splitting limits (long, binary, partial lines) and the server-metrics scrape parser."""
 
+import pytest
+
 from specwatch.server.logtail import LineSplitter, SourceState
-from specwatch.server.scrape import ScrapeState, samples_from_text
+from specwatch.server.scrape import ScrapeState, running_from_text, samples_from_text
 
 
 def split(chunks, limit=64):
@@ -73,3 +75,23 @@ def test_vllm_steps_in_use_follow_a_schedule():
     assert s.speculative_steps == 1.0  # 100 draft tokens over 100 drafts: the schedule's k=1 at this batch
     (s,) = samples_from_text(vllm(200, 400, 200, [120, 60, 20], generated=2500), state, 3.0)
     assert s.speculative_steps == 0.0 and s.accept_length is None  # generating without a draft: k=0
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (SGLANG, [3]),
+    ('vllm:num_requests_running{engine="0",model_name="m"} 7.0\nvllm:num_requests_running{engine="1"} 2\n', [7, 2]),
+    ("vllm:num_requests_running 4\n", [4]),  # no labels
+    ('vllm:num_requests_running_total{engine="0"} 9\nvllm:num_requests_waiting{engine="0"} 5\n', []),
+    ('vllm:num_requests_running{engine="0"} NaN\nsglang:num_running_reqs{tp_rank="0"} -1\n', []),
+    ("# HELP vllm:num_requests_running Number of requests\n", []),
+])
+def test_running_from_text_reads_what_samples_from_text_reads(text, want):
+    assert running_from_text(text) == want
+    assert [s.running for s in samples_from_text(text, ScrapeState()) if s.running is not None] == want
+
+
+def test_running_from_text_skips_what_the_full_parser_would_refuse():
+    # the full parser raises on the whole exposition (the daemon counts that scrape as failed); the bench's
+    # sampler keeps the readable lines
+    assert running_from_text('vllm:num_requests_running{engine="0"} x\nsglang:num_running_reqs{tp_rank="0"}\n'
+                             'vllm:num_requests_running{engine="1"} 3\n') == [3]

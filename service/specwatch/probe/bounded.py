@@ -18,7 +18,7 @@ import aiohttp
 from ..errors import AuthError, ResponseTooLarge, TargetError
 from ..options import default
 from ..records import ApiChoice, LoopLag, RequestRecord, RunInfo
-from ..server.scrape import ScrapeState, samples_from_text
+from ..server.scrape import running_from_text
 from . import lag as lag_mod
 from . import prompts as prompt_sets
 from .client import Access, Timeouts, get_text, make_session
@@ -157,7 +157,6 @@ async def running_requests(session: aiohttp.ClientSession, url: str, done: async
     ``LOAD_EVERY_S`` until ``done``, busy moments only: what load a run really put on the server. A server
     without metrics (or one that refuses them) gives none; a failed scrape is skipped, never raised."""
     out: list[int] = []
-    state = ScrapeState()
     while not done.is_set() and len(out) < MAX_LOAD_SAMPLES:
         try:
             status, text = await get_text(session, url + "/metrics")
@@ -165,11 +164,7 @@ async def running_requests(session: aiohttp.ClientSession, url: str, done: async
             status, text = 0, ""
         if status in (401, 403, 404):
             break  # no metrics here: none will come
-        try:
-            samples = samples_from_text(text, state) if status == 200 else []
-        except ValueError:  # not an exposition
-            samples = []
-        out += [s.running for s in samples if s.running]
+        out += [n for n in running_from_text(text) if n] if status == 200 else []
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), LOAD_EVERY_S)
     return out

@@ -158,6 +158,31 @@ def _spec(sc: _Scrape, state: ScrapeState, generated: bool) -> dict[str, Any] | 
             "speculative_steps": drafted / drafts if drafted / drafts <= MAX_POSITIONS else None}
 
 
+RUNNING_GAUGES = tuple(name for name, key in (*SGLANG_GAUGES.items(), *VLLM_GAUGES.items()) if key == "running")
+
+
+def running_from_text(text: str) -> list[int]:
+    """Just the running-request gauges of one exposition (one value per dp rank / engine), the way
+    ``samples_from_text`` reads them, without parsing the rest: a bench samples them every half second on the
+    event loop its probes run on, where a full parse of vLLM's histograms costs milliseconds."""
+    lo, hi = RANGES["running"]
+    out = []
+    for line in text.splitlines():
+        if not line.startswith(RUNNING_GAUGES):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        fields = line.rpartition("}")[2].split() if "{" in line else line.split()[1:]
+        if name not in RUNNING_GAUGES or not fields:  # another family that starts alike
+            continue
+        try:
+            v = float(fields[0])
+        except ValueError:
+            continue
+        if math.isfinite(v) and lo <= v <= hi:
+            out.append(int(v))
+    return out
+
+
 def samples_from_text(text: str, state: ScrapeState, now_s: float | None = None) -> list[ServerSample]:
     """Samples from one scrape. With ``now_s`` (the scrape's monotonic time) vLLM's generation counter is
     turned into tok/s over the time since the previous scrape."""
