@@ -97,12 +97,11 @@ def baseline_curve(results: Sequence[ConfigResult], source: str) -> BaselineCurv
     plain = plain_of(results)
     if plain is None:
         return None
-    cells = [(c, tps, plain.by_concurrency[c]) for c in levels(results) if (tps := plain.stream_tps(c))]
-    loads = [lvl.server_load for _, _, lvl in cells]
-    measured = bool(cells) and all(x is not None for x in loads) and all(
-        a is not None and b is not None and b > a * 1.0001 for a, b in itertools.pairwise(loads))
-    pts = tuple(CurvePoint(lvl.server_load if measured and lvl.server_load is not None else float(c), tps,
-                           len(plain.per_request(c)), c) for c, tps, lvl in cells)
+    cells = [(c, tps, plain.by_concurrency[c].server_load) for c in levels(results) if (tps := plain.stream_tps(c))]
+    loads = [load for _, _, load in cells if load is not None]
+    measured = bool(cells) and len(loads) == len(cells) and all(b > a * 1.0001 for a, b in itertools.pairwise(loads))
+    pts = tuple(CurvePoint(load if measured and load is not None else float(c), tps, len(plain.per_request(c)), c)
+                for c, tps, load in cells)
     return BaselineCurve(pts, source, load_measured=measured) if pts else None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from ..recorder.load import LOAD_SOURCES
 from ..records import ServerSample
 from ..results import LoadSource
 
@@ -58,9 +59,10 @@ class SamplePool:
 
 
 def level_load(log: list[ServerSample], scraped: tuple[int, ...]) -> tuple[float | None, LoadSource]:
-    """The load a level put on the server, as the daemon measures load: the median running requests of its
-    decode log lines while busy, else of its ``/metrics`` scrapes; (None, "") when the server said neither."""
-    running = [s.running for s in log if s.is_decode and s.running]
+    """The load a level put on the server, from the reports the daemon takes load from (``LOAD_SOURCES``): the
+    median running requests of its log lines while busy (the median, not the daemon's mean: a level's warm-up
+    and ramp-down are not its load), else of its ``/metrics`` scrapes; (None, "") when the server said neither."""
+    running = [s.running for s in log if s.source in LOAD_SOURCES and s.running]
     if running:
         return float(statistics.median(running)), "log"
     if scraped:

@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import codec
 from ..analysis import advisor, cost_model, load_sweep
 from ..errors import AnalysisError, RecordFileError
+from ..export import sweep_report
 from ..results import SweepDoc, levels
 
 
@@ -35,8 +36,6 @@ def main(argv: list[str]) -> int:
     if len(levels(doc.configurations)) > 1:  # a sweep over load: its schedule and the flags that apply it
         out = Path(a.src).parent
         advice = load_sweep.engine_advice(doc.configurations, str(out))
-        for adv in advice:
-            for name, content in adv.files:
-                (out / name).write_text(content + "\n", encoding="utf-8")
+        sweep_report.write_advice_files(out, advice)
         print("\n" + load_sweep.report(doc.configurations, None, range(0), advice))
     return 0

@@ -144,12 +144,17 @@ def log_samples(path: Path, start: int, end: int | None = None) -> list[ServerSa
 
 
 def log_stats(path: Path, offset: int) -> tuple[float | None, tuple[float, ...]]:
-    """From the lines written after ``offset``: the pooled accept length and per-position acceptance
+    """From every line written after ``offset`` (the late last stats line included, which a level's own span
+    can miss: vLLM logs every 10 s by default): the pooled accept length and per-position acceptance
     (``analysis.server_log``'s weighting)."""
     pool = SamplePool()
     for sample in log_samples(path, offset):
         pool.add(sample)
     return pool.accept_length, tuple(pool.position_acceptance)
+
+
+def log_size(path: Path | None) -> int:
+    return path.stat().st_size if path and path.exists() else 0
 
 
 def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResult:
@@ -166,7 +171,7 @@ def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResu
             log_path = log_path or server.out_path
         elapsed = wait_ready(spec.server_url, server, sw.ready_timeout_s, say=lambda m: print(m, flush=True))
         print(f"  ready after {elapsed:.0f}s", flush=True)
-        offset = log_path.stat().st_size if log_path and log_path.exists() else 0
+        offset = log_size(log_path)
         info, by_c = measure_levels(sw, spec, log_path)
         log_al, log_pos = log_stats(log_path, offset) if log_path else (None, ())
         steps, draft_tokens = info.steps or 0, info.draft_tokens or 1
@@ -203,10 +208,10 @@ def measure_levels(sw: SweepSpec, spec: BenchSpec, log_path: Path | None
         spec_c = level_spec(spec, c)
         if len(sw.levels) > 1:
             print(f"  -- concurrency {c}: {spec_c.num_runs} requests ({spec_c.warmup} warmup)", flush=True)
-        start = log_path.stat().st_size if log_path and log_path.exists() else 0
+        start = log_size(log_path)
         info, records = uvloop.run(collect(spec_c, say=lambda m: print(m, flush=True)))
-        end = log_path.stat().st_size if log_path and log_path.exists() else 0
-        load, source = server_log.level_load(log_samples(log_path, start, end) if log_path else [], info.server_running)
+        level = log_samples(log_path, start, log_size(log_path)) if log_path else []
+        load, source = server_log.level_load(level, info.server_running)
         analysed = analyse(info, records)
         print(bench_report.text(analysed.doc, records), flush=True)
         reasons = analysed.doc.all_failed()
@@ -298,9 +303,7 @@ def by_load(results: list[ConfigResult], out: Path) -> str:
     base = cost_model.fit(ms) if len(ms) >= 3 else None
     steps = range(1, max(8, *(m.steps for m in ms)) + 1) if ms else range(1, 9)
     advice = load_sweep.engine_advice(results, str(out))
-    for a in advice:
-        for name, content in a.files:
-            (out / name).write_text(content + "\n", encoding="utf-8")
+    sweep_report.write_advice_files(out, advice)
     text = load_sweep.report(results, base, steps, advice)
     print("\n" + text)
     curve = load_sweep.baseline_curve(results, f"specwatch sweep, {time.strftime('%Y-%m-%d %H:%M')}")

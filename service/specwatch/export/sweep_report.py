@@ -1,5 +1,5 @@
-"""Sweep reports: the comparison table, CSV and PNG of a finished sweep. Exporter stage; pure but for the
-files it writes."""
+"""Sweep reports: the comparison table, CSV and PNG of a finished sweep, and the files its engine advice
+names. Exporter stage; pure but for the files it writes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,17 @@ from html import escape
 from pathlib import Path
 
 from ..analysis.compare import Margin, margin
+from ..analysis.engine_flags import EngineAdvice
 from ..results import ConfigResult, levels, plain_of
 from .format import fmt
 from .svg import Series, line_chart
+
+
+def write_advice_files(out: Path, advice: Sequence[EngineAdvice]) -> None:
+    """The files the printed flags name (SGLang's adaptive config), in ``out``, where the flags say they are."""
+    for a in advice:
+        for name, content in a.files:
+            (out / name).write_text(content + "\n", encoding="utf-8")
 
 
 def winner_of(results: Sequence[ConfigResult]) -> ConfigResult | None:

@@ -104,7 +104,7 @@ def verify(r: SimRequest, batch_size: int, rng: random.Random, spec: model.SpecC
     r.rounds += 1
     if not spec.enabled:
         return min(1, r.limit - r.completion_tokens)
-    acc = model.draw_accepted(rng, r.cond[:spec.num_steps])
+    acc = model.draw_accepted(rng, r.cond, spec.num_steps)
     r.verify_ct += 1
     r.hist[acc] += 1
     n = min(acc + 1, r.limit - r.completion_tokens)

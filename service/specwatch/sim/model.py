@@ -215,12 +215,11 @@ def expected_accept_length(cond: list[float]) -> float:
     return 1.0 + sum(position_acceptance(cond))
 
 
-def draw_accepted(rng: random.Random, cond: list[float]) -> int:
-    """Accepted drafts in one verify round (the bonus token is not counted)."""
-    n = 0
-    for p in cond:
-        if rng.random() >= p:
-            break
+def draw_accepted(rng: random.Random, cond: list[float], drafts: int | None = None) -> int:
+    """Accepted drafts in one verify round of ``drafts`` draft tokens (default: one per ``cond`` position; a
+    per-step schedule drafts fewer); the bonus token is not counted."""
+    n, last = 0, len(cond) if drafts is None else min(drafts, len(cond))
+    while n < last and rng.random() < cond[n]:
         n += 1
     return n
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # SGLang 0.5.23's built-in slots (adaptive_spec_params.py)
 SGLANG_DEFAULT_SLOTS: dict[int, tuple[int, ...]] = {1: (1, 3, 5, 7), 8: (0, 1, 3), 32: (0, 1), 64: (0,)}
@@ -129,9 +129,8 @@ class Slot:
 
 @dataclass(slots=True)
 class AdaptiveSteps:
-    slots: dict[int, Slot]
-    graphs: Sequence[int]
-    keys: list[int] = field(default_factory=list)
+    slots: dict[int, Slot]  # by batch-size key
+    graphs: Sequence[int]  # sorted
 
     @classmethod
     def build(cls, slots: dict[int, tuple[int, ...]], start: int, graphs: Sequence[int]) -> AdaptiveSteps:
@@ -142,11 +141,11 @@ class AdaptiveSteps:
                                    f"{union} (--speculative-num-steps with --speculative-adaptive)")
         built = {key: Slot(c, start if start in c else min(c, key=lambda x: (abs(x - start), x)))
                  for key, c in slots.items()}
-        return cls(built, sorted(graphs), sorted(built))
+        return cls(built, sorted(graphs))
 
     def _slot(self, batch_size: int) -> Slot:
         padded = next((g for g in self.graphs if g >= batch_size), batch_size)
-        key = max(k for k in self.keys if k <= padded) if padded >= self.keys[0] else self.keys[0]
+        key = max((k for k in self.slots if k <= padded), default=min(self.slots))
         return self.slots[key]
 
     def steps_for(self, batch_size: int) -> int:
