@@ -56,6 +56,13 @@ def test_vllm_gets_its_own_config_with_the_schedule_merged_and_the_largest_k():
     assert any("VLLM_USE_V2_MODEL_RUNNER" in n for n in a.notes)
 
 
+def test_a_method_vllm_0_33_drops_the_schedule_for_is_said():
+    a = ef.vllm_advice(RANGES, ServerSetup("vllm", "0.33.0", {"method": "suffix", "num_speculative_tokens": 5}))
+    assert "keeps a schedule only for ngram, eagle, eagle3, mtp, draft_model, dflash: for suffix" in a.notes[0]
+    assert not any("keeps a schedule only" in n for n in ef.vllm_advice(RANGES, ServerSetup("vllm", "0.33.0",
+                                                                                           NGRAM)).notes)
+
+
 def test_a_schedule_already_in_the_config_is_replaced_and_quotes_survive_the_shell():
     cfg = {"method": "eagle3", "model": "/models/it's a head", "num_speculative_tokens": 3,
            "num_speculative_tokens_per_batch_size": [[1, 4, 1]]}

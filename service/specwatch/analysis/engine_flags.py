@@ -47,6 +47,8 @@ VLLM_CAVEATS = (
     "under data parallelism > 1 vLLM drops the schedule and runs the static num_speculative_tokens",
     "vLLM's batch size is the requests scheduled in one engine step: re-measure after applying "
     "(vLLM #49548: throughput can drop where the threshold is crossed)")
+# the methods vLLM 0.33 keeps a per-batch-size schedule for on Model Runner V1 (config/vllm.py); 0.32 has no gate
+VLLM_SCHEDULE_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
 TWO_POOLS = ("run two pools, one with speculation and one without, behind a load-aware router that sends load "
              "above the crossover to the plain pool; --max-running-requests only caps the batch and queues the "
              "rest locally, --max-queued-requests (SGLang) makes a server refuse past a queue length so the "
@@ -176,9 +178,14 @@ def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
     merged = {k: v for k, v in setup.speculative_config.items() if k != "num_speculative_tokens_per_batch_size"}
     merged["num_speculative_tokens"] = max(ks)
     merged["num_speculative_tokens_per_batch_size"] = schedule
+    method = str(merged.get("method", ""))
+    gate = () if method in VLLM_SCHEDULE_METHODS else (
+        f"vLLM 0.33 on Model Runner V1 keeps a schedule only for {', '.join(VLLM_SCHEDULE_METHODS)}: for "
+        f"{method or 'this method'} it drops it with a warning and runs num_speculative_tokens at every load "
+        "(0.24-0.32 have no such gate)",)
     return EngineAdvice("vllm", f"vLLM ≥ 0.24.0{have}: launch with the server's speculative config, the schedule "
                                 f"merged in and num_speculative_tokens = the largest k ({max(ks)}):",
-                        flags="--speculative-config " + shlex.quote(json.dumps(merged)), notes=VLLM_CAVEATS)
+                        flags="--speculative-config " + shlex.quote(json.dumps(merged)), notes=gate + VLLM_CAVEATS)
 
 
 def graph_sizes(graphs: Sequence[int], upto: int) -> list[int]:
@@ -249,7 +256,7 @@ def sglang_advice(ranges: Sequence[Range], setup: ServerSetup, out_dir: str) -> 
              f"--speculative-num-steps {steps} --speculative-adaptive --speculative-adaptive-config "
              f"{shlex.quote(path)} --max-running-requests {running}")
     firsts = ", ".join(f"{k} steps from {first_batch(int(key), setup.cuda_graph_bs)} running requests"
-                       for key, v in slots.items() for k in v["candidate_steps"])
+                       for key, slot in slots.items() for k in slot["candidate_steps"])
     notes = [f"slot keys are CUDA-graph batch sizes ({'the server' if setup.cuda_graph_bs else 'a default'} "
              "--cuda-graph-bs list): SGLang pads a batch up to one, then uses the slot with the largest key at or "
              f"below it, so: {firsts}",
