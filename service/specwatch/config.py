@@ -35,6 +35,8 @@ class Config:
     baseline_url: str | None = default("baseline_url")
     baseline_curve: str | None = default("baseline_curve")
     load_curve_window_s: int = default("load_curve_window_s")
+    advisor_prior: str | None = default("advisor_prior")
+    advisor_max_steps: int = default("advisor_max_steps")
     rate_per_s: float | None = default("rate_per_s")
     concurrency: int = default("concurrency")
     pause_s: float = default("pause_s")

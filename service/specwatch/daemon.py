@@ -21,12 +21,14 @@ from typing import IO, Any
 import aiohttp
 from aiohttp import web
 
+from . import codec
 from . import config as config_mod
 from .analysis import baseline as baseline_mod
+from .analysis import engine_flags, live_advisor
 from .analysis.by_load import LoadVerdict
 from .analysis.tick import TickInputs, TickResult, tick
 from .analysis.verdict import Judge
-from .errors import WorkerError
+from .errors import AnalysisError, ConfigError, RecordFileError, WorkerError
 from .export.hlog import HlogWriter
 from .export.http import Endpoints
 from .export.page import History
@@ -36,7 +38,7 @@ from .export.summary import Summary, TargetState, log_state, server_state
 from .export.view import View
 from .probe import prompts as prompt_sets
 from .probe.client import Access, Timeouts, make_session
-from .probe.detect import wait_for_target
+from .probe.detect import ServerInfo, wait_for_target
 from .probe.lag import LagInterval, LagMonitor
 from .probe.runner import ProbeSetup, run_probes
 from .probe.stream import GenParams
@@ -48,6 +50,7 @@ from .recorder.load import LoadCurve, LoadTracker
 from .recorder.samples import SampleWindows
 from .recorder.windows import Interval, Recorder
 from .records import Outcome, RequestRecord, ServerSample, SourceHealth, TargetName
+from .results import SweepDoc
 from .server.ingest import LogIngest
 from .server.logtail import CommandSource, FileFollower, LogSource, StdinSource, kill_now
 from .server.scrape import ScrapeState, scrape_forever
@@ -67,6 +70,17 @@ def make_source(cfg: config_mod.Config, ingest: LogIngest) -> tuple[LogSource | 
     if cfg.log_stdin:
         return StdinSource(ingest), "stdin"
     return None, None
+
+
+def read_prior(path: str, max_steps: int) -> live_advisor.Prior:
+    """``--advisor-prior``: a sweep's results, fitted at start; a file that is not one fails here, with why."""
+    try:
+        doc = codec.load_as(SweepDoc, path)
+        return live_advisor.prior_of(doc.configurations, f"sweep {os.path.basename(path)}", max_steps)
+    except OSError as exc:
+        raise ConfigError(f"--advisor-prior {path}: {exc.strerror}") from None
+    except (RecordFileError, AnalysisError) as exc:
+        raise ConfigError(f"--advisor-prior: {exc}") from None
 
 
 class Daemon:
@@ -102,6 +116,8 @@ class Daemon:
         self.load = LoadTracker(stale_s=max(30.0, 3 * cfg.interval_s))
         self.load_curve = LoadCurve(cfg.load_curve_window_s)
         self.by_load: LoadVerdict | None = None
+        self.setup = engine_flags.ServerSetup("unknown")
+        self.prior = read_prior(cfg.advisor_prior, cfg.advisor_max_steps) if cfg.advisor_prior else None
         self.tokenizer = Tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         self.intake = ProbeIntake(self.recorder, self.load, self.load_curve, self.tokenizer,
                                   [self.exporter.observe_record])
@@ -129,6 +145,11 @@ class Daemon:
         self.samples.record(s)
         self.exporter.observe_sample(s, channel)
 
+    def on_server_info(self, target: str, info: ServerInfo) -> None:
+        """What the speculative server says of itself: the engine and version the advice's flags are for."""
+        if target == "spec":
+            self.setup = engine_flags.setup_from_info(info.info, info.engine)
+
     def ready(self) -> bool:
         fresh = max(60.0, 5 * self.cfg.interval_s)
         last = self.last_ok.get("spec")
@@ -151,7 +172,8 @@ class Daemon:
             urls["baseline"] = c.baseline_url
         targets = []
         for name, url in urls.items():
-            target = await wait_for_target(session, name, url, c.api, self.stop, self.set_up)
+            target = await wait_for_target(session, name, url, c.api, self.stop, self.set_up,
+                                           on_info=self.on_server_info)
             if target is None:
                 return  # stopped before the target came up
             self.api[name] = target.api
@@ -193,11 +215,13 @@ class Daemon:
         load = self.load.current(now, c.verdict_window_s)
         result = tick(TickInputs(windows, self.targets, window_label(c.verdict_window_s),
                                  self.samples.windows.get(c.verdict_window_s), load, self.load_curve.buckets(),
-                                 self.curve, bool(c.baseline_url), c.min_requests), self.judge)
+                                 self.curve, bool(c.baseline_url), c.min_requests, self.prior,
+                                 c.advisor_max_steps, self.setup), self.judge)
         for label, per_target in result.views.items():
             self.exporter.update_windows(label, per_target)
         self.exporter.set_verdict(result.verdict)
         self.exporter.set_load(result.by_load)
+        self.exporter.set_advice(result.advice)
         self.by_load = result.by_load
         self.summary = summarise(self, result)
         self.history.add(self.summary)
@@ -234,7 +258,7 @@ def summarise(d: Daemon, t: TickResult) -> Summary:
         probe=t.views[vlabel], windows=t.views,
         server=server_state(d.samples.last, {window_label(w): a for w, a in d.samples.windows.items()}),
         verdict=t.verdict, log=log_state(d.source_name, d.health()), by_load=t.by_load, baseline=baseline,
-        client_lag=d.last_lag)
+        client_lag=d.last_lag, advisor=t.advice)
 
 
 async def serve(d: Daemon) -> int:

@@ -217,6 +217,10 @@ OPTIONS: dict[str, Option] = {
     "baseline_url": Option(url, "a non-speculative server probed A/B with the same prompts"),
     "baseline_curve": Option(typed(str), "plain decoding's tok/s by load (a JSON file sweep --concurrency writes): "
                                          "the verdict compares at the server's current load"),
+    "advisor_prior": Option(typed(str), "sweep.json of this server (specwatch sweep): the live advisor's cost shape "
+                                        "over step counts (without it the shape is a range)"),
+    "advisor_max_steps": Option(positive(int, 64), "the live advisor predicts step counts 0 to this",
+                                default=10),
     "load_curve_window_s": Option(positive(int, 30 * 86_400), "how far back the speedup-by-load curve reaches, "
                                                               "in seconds", default=21600),
     "pause_s": Option(at_least(float, 0, hi=DAY_S), "pause between a stream's probes in seconds", default=2.0),

@@ -243,6 +243,7 @@ class ProbeWindow:
     position_acceptance: tuple[float, ...]  # index 0 = draft position 1
     approximated_requests: int  # token counts apportioned from a final total
     latency_s: dict[str, Quantiles]  # every LATENCY_METRICS key
+    position_rounds: int = 0  # verify rounds the position acceptance was counted over
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,3 +254,4 @@ class ServerWindow:
     accept_rate: float | None
     gen_throughput: float | None
     samples: int
+    position_acceptance: tuple[float, ...] = ()  # mean of the samples' per-position rates (vLLM's log lines)

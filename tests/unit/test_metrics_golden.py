@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specwatch.analysis.baseline import BaselineCurve
 from specwatch.analysis.by_load import by_load
+from specwatch.analysis.live_advisor import Acceptance, advise
 from specwatch.analysis.verdict import Judge, verdict_inputs
 from specwatch.export.prometheus import Exporter
 from specwatch.probe.lag import LagMonitor
@@ -40,7 +42,11 @@ def fed_exporter() -> Exporter:
         e.update_windows(label, {"spec": w, "baseline": w})
     v = Judge(min_requests=1).update(verdict_inputs(w, w, None, 2.4, 3.0, "ab", 1.0))
     e.set_verdict(v)
-    e.set_load(by_load([LoadBucket(4, 10, 3.2, 90.0, 0.01)], None, 1, 3.0))
+    bucket = LoadBucket(4, 10, 3.2, 90.0, 0.01, 2.4)
+    e.set_load(by_load([bucket], None, 1, 3.0))
+    acc = Acceptance((0.8, 0.5), 100, "probes")
+    idle = LoadBucket(1, 10, 1.0, 90.0, 0.01, 2.4)
+    e.set_advice(advise([idle], BaselineCurve.fixed(100.0), None, acc, None, 2, 1, 1))
     m = LagMonitor(keep=False)
     m.record_ns(2_000_000)
     e.set_lag(m.close())

@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..results import ConfigResult
@@ -142,10 +142,16 @@ def setup_of(configs: Sequence[ConfigResult]) -> ServerSetup:
     if not spec:
         return ServerSetup("unknown")
     c = max(spec, key=lambda c: c.steps)
-    info = c.server_info
-    if info.get("engine") == "vllm" or c.speculative_config is not None:
-        cfg = c.speculative_config or speculative_config_of(c.command)
-        return ServerSetup("vllm", str(info["version"]) if info.get("version") else None, cfg)
+    if c.server_info.get("engine") == "vllm" or c.speculative_config is not None:
+        return replace(setup_from_info(c.server_info, "vllm"),
+                       speculative_config=c.speculative_config or speculative_config_of(c.command))
+    return setup_from_info(c.server_info)
+
+
+def setup_from_info(info: Mapping[str, Any], engine: str | None = None) -> ServerSetup:
+    """What a server says of itself (``probe.detect``'s info: SGLang's server args, vLLM's version)."""
+    if engine == "vllm" or info.get("engine") == "vllm":
+        return ServerSetup("vllm", str(info["version"]) if info.get("version") else None)
     if info.get("speculative_algorithm"):
         graphs = info.get("cuda_graph_bs")
         bs = tuple(sorted({b for b in graphs if isinstance(b, int) and b > 0})) if isinstance(graphs, list) else ()
@@ -153,6 +159,35 @@ def setup_of(configs: Sequence[ConfigResult]) -> ServerSetup:
                            algorithm=str(info["speculative_algorithm"]), topk=_int(info.get("speculative_eagle_topk")),
                            max_running=_int(info.get("max_running_requests")), cuda_graph_bs=bs)
     return ServerSetup("unknown")
+
+
+def static_advice(k: int, setup: ServerSetup) -> list[EngineAdvice]:
+    """One step count at every load: the flags that run ``k`` draft steps (0: plain decoding)."""
+    out = []
+    if setup.engine in ("vllm", "unknown"):
+        if k == 0:
+            out.append(EngineAdvice("vllm", "vLLM: plain decoding wins: launch without --speculative-config"))
+        elif setup.speculative_config is None:
+            out.append(EngineAdvice("vllm", f"vLLM: set num_speculative_tokens to {k} in the server's own "
+                                            "--speculative-config JSON (the rest of it unchanged)",
+                                    flags=f'"num_speculative_tokens": {k}'))
+        else:
+            cfg = {key: v for key, v in setup.speculative_config.items()
+                   if key != "num_speculative_tokens_per_batch_size"} | {"num_speculative_tokens": k}
+            out.append(EngineAdvice("vllm", f"vLLM: launch with the server's speculative config at {k} tokens:",
+                                    flags="--speculative-config " + shlex.quote(json.dumps(cfg))))
+    if setup.engine in ("sglang", "unknown"):
+        if k == 0:
+            out.append(EngineAdvice("sglang", "SGLang: plain decoding wins: launch without --speculative-algorithm"))
+        elif setup.topk not in (None, 1):
+            out.append(EngineAdvice("sglang", f"SGLang: the advice is for a chain draft (topk 1; this server: "
+                                              f"{setup.topk}): sweep the tree's steps instead"))
+        else:
+            out.append(EngineAdvice("sglang", f"SGLang: launch with {k} draft steps (the rest unchanged):",
+                                    flags=f"--speculative-algorithm {(setup.algorithm or 'EAGLE3').upper()} "
+                                          f"--speculative-eagle-topk 1 --speculative-num-steps {k} "
+                                          f"--speculative-num-draft-tokens {k + 1}"))
+    return out
 
 
 def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
@@ -269,6 +304,8 @@ def sglang_advice(ranges: Sequence[Range], setup: ServerSetup, out_dir: str) -> 
 
 def advise(ranges: Sequence[Range], setup: ServerSetup, out_dir: str = "") -> list[EngineAdvice]:
     """The advice for the sweep's engine; for an unknown server, both engines' (and the two-pool way)."""
+    if not ranges:
+        return []
     if setup.engine == "vllm":
         return [vllm_advice(ranges, setup)]
     if setup.engine == "sglang":
@@ -282,6 +319,7 @@ NAMES: tuple[tuple[Engine, str], ...] = (
     ("vllm", "--speculative-config"), ("vllm", "num_speculative_tokens"),
     ("vllm", "num_speculative_tokens_per_batch_size"), ("vllm", "VLLM_USE_V2_MODEL_RUNNER"),
     ("sglang", "--speculative-algorithm"), ("sglang", "--speculative-eagle-topk"),
-    ("sglang", "--speculative-num-steps"), ("sglang", "--speculative-adaptive"),
+    ("sglang", "--speculative-num-steps"), ("sglang", "--speculative-num-draft-tokens"),
+    ("sglang", "--speculative-adaptive"),
     ("sglang", "--speculative-adaptive-config"), ("sglang", "candidate_steps"),
     ("sglang", "--max-running-requests"), ("sglang", "--max-queued-requests"), ("sglang", "--cuda-graph-bs"))

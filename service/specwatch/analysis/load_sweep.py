@@ -75,18 +75,23 @@ def crossovers(results: Sequence[ConfigResult]) -> dict[str, float | None]:
 
 
 def schedule(bs: list[Band], top: int | None = None) -> list[tuple[int, int, int]]:
-    """``[lo, hi, k]`` ranges of batch size, boundaries at the geometric middle between tested levels, the
-    last up to ``top`` (default twice the last level); adjacent ranges with the same k merged."""
+    """The bands' schedule (``schedule_of`` their levels and picks)."""
+    return schedule_of([(b.concurrency, b.steps) for b in bs], top)
+
+
+def schedule_of(picks: Sequence[tuple[int, int]], top: int | None = None) -> list[tuple[int, int, int]]:
+    """``[lo, hi, k]`` ranges of batch size from ``(load, k)`` picks in load order: boundaries at the geometric
+    middle between the loads, the last up to ``top`` (default twice the last load); adjacent ranges with the
+    same k merged. The one rule for a sweep's levels and the live advisor's load buckets."""
     out: list[tuple[int, int, int]] = []
-    for i, b in enumerate(bs):
+    for i, (load, k) in enumerate(picks):
         lo = 1 if i == 0 else out[-1][1] + 1
-        hi = math.floor(math.sqrt(b.concurrency * bs[i + 1].concurrency)) if i + 1 < len(bs) else \
-            (top or 2 * b.concurrency)
+        hi = math.floor(math.sqrt(load * picks[i + 1][0])) if i + 1 < len(picks) else (top or 2 * load)
         hi = max(hi, lo)
-        if out and out[-1][2] == b.steps:
-            out[-1] = (out[-1][0], hi, b.steps)
+        if out and out[-1][2] == k:
+            out[-1] = (out[-1][0], hi, k)
         else:
-            out.append((lo, hi, b.steps))
+            out.append((lo, hi, k))
     return out
 
 

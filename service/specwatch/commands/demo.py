@@ -49,6 +49,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--listen", default=DEFAULT_LISTEN)
     p.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
     p.add_argument("--view", default="auto", choices=("auto", "table", "log"))
+    p.add_argument("--advisor-prior", default=None, metavar="SWEEP_JSON",
+                   help="a sweep of the simulator (specwatch sweep): the live advisor's cost shape")
     a = p.parse_args(argv)
     vllm = a.engine == "vllm"
     port = a.port or (8000 if vllm else 30000)
@@ -61,7 +63,8 @@ def main(argv: list[str]) -> int:
             wait_ready(url, server, 30.0, poll_s=0.1)
         cfg = config_mod.check(config_mod.Config(
             server_url=spec_url, baseline_url=base_url, log_file=str(log_file), listen=a.listen, interval_s=2.0,
-            verdict_window_s=30, pause_s=0.5, max_tokens=200, view=a.view, server_metrics=vllm))
+            verdict_window_s=30, pause_s=0.5, max_tokens=200, view=a.view, server_metrics=vllm,
+            advisor_prior=a.advisor_prior))
         flavour = "vLLM" if vllm else "SGLang"
         print(f"specwatch demo: simulated {flavour}, EAGLE-3 ({a.steps} steps) at {spec_url}, plain decoding at "
               f"{base_url}")

@@ -118,6 +118,31 @@ class VerdictFamily(_Family):
         self.cycle = g("specwatch_cycle_seconds", "Time per verify cycle: accept length / tok/s.")
 
 
+class AdvisorFamily(_Family):
+    """The live advisor (``analysis/live_advisor``): per load bucket, each step count's predicted tok/s, the
+    best, and its gain with the 95% interval's ends. Buckets without advice have no series."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        g = self.gauge
+        lb = ["load_bucket"]
+        self.running_steps = g("specwatch_advisor_running_steps", "Draft steps of the running configuration, as "
+                               "the live advisor reads them (positions of acceptance reported; NaN: unknown).")
+        self.best = g("specwatch_advisor_best_steps", "The step count predicted fastest per stream at this load "
+                      "(0: plain decoding).", lb)
+        self.tps = g("specwatch_advisor_predicted_tokens_per_second", "Predicted per-stream decode tok/s of each "
+                     "step count (0: plain decoding) at this load.", ["steps", "load_bucket"])
+        self.gain = g("specwatch_advisor_predicted_gain_ratio", "The best step count's predicted tok/s over the "
+                      "running configuration's at this load.", lb)
+        self.gain_lower = g("specwatch_advisor_predicted_gain_lower_ratio", "Lower end of the gain's 95% "
+                            "interval.", lb)
+        self.gain_upper = g("specwatch_advisor_predicted_gain_upper_ratio", "Upper end of the gain's 95% "
+                            "interval.", lb)
+        self.vs_plain = g("specwatch_advisor_predicted_gain_vs_plain_ratio", "The best step count's predicted "
+                          "tok/s over plain decoding's at this load.", lb)
+        self.all = (self.best, self.gain, self.gain_lower, self.gain_upper, self.vs_plain)
+
+
 class SelfFamily(_Family):
     """The daemon's own health: targets up, build, interval-log errors, tick time, event-loop lag."""
 

@@ -8,6 +8,7 @@ import collections
 from dataclasses import dataclass
 from html import escape
 
+from ..analysis.live_advisor import describe
 from ..records import LATENCY_METRICS
 from .format import fmt, ms
 from .summary import Summary
@@ -102,6 +103,12 @@ def render(s: Summary, history: History, refresh_s: float) -> str:
     numbers = (f"speedup {fmt(v.speedup, '.2f', 'x')} · tok/s {fmt(spec.tokens_per_second if spec else None, '.1f')}"
                f" vs baseline {fmt(v.baseline_tps, '.1f')} · accept length {fmt(v.accept_length)} (break-even "
                f"{fmt(v.breakeven_accept_length)}) · requests in window {spec.ok if spec else 0}")
+    advice = s.advisor
+    rows = "".join(f"<li>{escape(describe(b, advice.running_steps))}</li>" for b in advice.buckets) if advice else ""
+    prior = f"cost shape from {advice.prior}" if advice and advice.prior else \
+        "no --advisor-prior: the cost shape over step counts is a range"
+    advisor = (f'<h3>Advisor: which step count would win</h3><ul id="advisor">{rows or "<li>no load bucket yet</li>"}'
+               f'</ul><div class="sub">{escape(prior)}</div>')
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="{max(1, round(refresh_s))}">
 <title>specwatch: {escape(verdict_text(v))}</title><style>{CSS}</style></head><body>
@@ -110,6 +117,7 @@ def render(s: Summary, history: History, refresh_s: float) -> str:
 <span id="age">updated just now</span> · <a href="/metrics">/metrics</a> · <a href="/api/summary">/api/summary</a></div>
 <div class="verdict {cls}" id="verdict">{escape(verdict_text(v))}</div>
 <div class="sub">{numbers}</div>
+{advisor}
 <div class="grid2">{tps}{accept}{pos}<div><h3>Latency</h3>{_latency_table(s)}<h3>Health</h3>{_health(s)}</div></div>
 <script>
 const t0 = Date.now();

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..analysis.by_load import LoadVerdict
+from ..analysis.live_advisor import Advice
 from ..analysis.verdict import Verdict
 from ..probe.lag import LagInterval
 from ..records import ProbeWindow, ServerSample, ServerWindow, SourceHealth
@@ -51,6 +52,7 @@ class Summary:
     by_load: LoadVerdict | None = None  # speedup per load bucket, the crossover, past it or not
     baseline: str | None = None  # what the baseline is: a fixed value, a curve, an A/B server
     client_lag: LagInterval | None = None  # the daemon's own event-loop lag over the last interval
+    advisor: Advice | None = None  # the live advisor: step counts by load
 
 
 def log_state(source: str | None, h: SourceHealth) -> LogState:

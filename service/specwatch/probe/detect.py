@@ -162,7 +162,8 @@ async def lifetime_accept_length(session: aiohttp.ClientSession, info: ServerInf
 
 async def wait_for_target(session: aiohttp.ClientSession, name: TargetName, url: str, api: ApiChoice,
                           stop: asyncio.Event,
-                          on_up: Callable[[str, bool], None], max_delay_s: float = 5.0) -> Target | None:
+                          on_up: Callable[[str, bool], None], max_delay_s: float = 5.0,
+                          on_info: Callable[[str, ServerInfo], None] | None = None) -> Target | None:
     """Detect ``url`` until it answers (backing off up to ``max_delay_s``), reporting up/down through ``on_up``.
     With a fixed ``api`` the first failure is enough: the probes themselves will say when it comes up.
     None when ``stop`` is set first; ``AuthError`` at once when the target refuses the key."""
@@ -184,6 +185,8 @@ async def wait_for_target(session: aiohttp.ClientSession, name: TargetName, url:
                 delay = min(max_delay_s, delay * 2)
             continue
         on_up(name, True)
+        if on_info is not None:
+            on_info(name, info)
         log.info("target %s: %s api=%s model=%s speculative=%s", name, url, info.api, scrub(info.model[:200]),
                  info.speculative)
         return Target(name, url, info.api, info.model)

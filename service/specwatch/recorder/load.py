@@ -73,8 +73,10 @@ class _Sums:
     rate_sum: float = 0.0
     rate_sq: float = 0.0
     load_sum: float = 0.0
+    spec_tokens: int = 0  # of the probes that reported verify rounds: their accept length is these / rounds
+    rounds: int = 0
 
-    def add(self, sign: int, tokens: float, seconds: float, load: float) -> None:
+    def add(self, sign: int, tokens: float, seconds: float, load: float, spec: tuple[int, int]) -> None:
         rate = tokens / seconds
         self.n += sign
         self.tokens += sign * tokens
@@ -82,6 +84,8 @@ class _Sums:
         self.rate_sum += sign * rate
         self.rate_sq += sign * rate * rate
         self.load_sum += sign * load
+        self.spec_tokens += sign * spec[0]
+        self.rounds += sign * spec[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,13 @@ class LoadBucket:
     mean_load: float
     tokens_per_second: float
     relative_stderr: float | None  # of tokens_per_second, from the per-request spread
+    accept_length: float | None = None  # of its probes that reported verify rounds (None: none did)
+
+    @property
+    def cycle_s(self) -> float | None:
+        """Seconds per verify round at this load: accept length ÷ per-stream decode tok/s (``verdict``'s rule)."""
+        return self.accept_length / self.tokens_per_second if self.accept_length and self.tokens_per_second > 0 \
+            else None
 
 
 def decode_rate(rec: RequestRecord) -> tuple[float, float] | None:
@@ -104,21 +115,22 @@ class LoadCurve:
     def __init__(self, window_s: float) -> None:
         self.window_ns = int(window_s * 1e9)
         self.sums = {b: _Sums() for b in LOAD_BUCKETS}
-        self.entries: collections.deque[tuple[int, int, float, float, float]] = collections.deque()
+        self.entries: collections.deque[tuple[int, int, float, float, float, tuple[int, int]]] = collections.deque()
 
     def add(self, rec: RequestRecord, load: float | None, now_ns: int) -> None:
         rate = decode_rate(rec)
         if rate is None or load is None or not math.isfinite(load):
             return
         b = bucket_of(load)
-        self.sums[b].add(1, rate[0], rate[1], load)
-        self.entries.append((now_ns, b, rate[0], rate[1], load))
+        spec = (rec.spec_tokens, rec.spec.verify_ct) if rec.accept_length is not None and rec.spec else (0, 0)
+        self.sums[b].add(1, rate[0], rate[1], load, spec)
+        self.entries.append((now_ns, b, rate[0], rate[1], load, spec))
         self.expire(now_ns)
 
     def expire(self, now_ns: int) -> None:
         while self.entries and now_ns - self.entries[0][0] > self.window_ns:
-            _, b, tokens, seconds, load = self.entries.popleft()
-            self.sums[b].add(-1, tokens, seconds, load)
+            _, b, tokens, seconds, load, spec = self.entries.popleft()
+            self.sums[b].add(-1, tokens, seconds, load, spec)
 
     def buckets(self) -> list[LoadBucket]:
         out = []
@@ -126,5 +138,6 @@ class LoadCurve:
             if s.n <= 0 or s.seconds <= 0:
                 continue
             out.append(LoadBucket(b, s.n, s.load_sum / s.n, s.tokens / s.seconds,
-                                  relative_stderr(s.n, s.rate_sum, s.rate_sq)))
+                                  relative_stderr(s.n, s.rate_sum, s.rate_sq),
+                                  s.spec_tokens / s.rounds if s.rounds > 0 else None))
         return out

@@ -22,14 +22,29 @@ class _Sums:
     sums: dict[str, float] = field(default_factory=lambda: dict.fromkeys(FIELDS, 0.0))
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FIELDS, 0))
     samples: int = 0
+    positions: list[float] = field(default_factory=list)  # per position: sum of the samples' rates
+    position_samples: int = 0  # samples that reported positions (their mean is positions / this)
 
     def add(self, s: ServerSample) -> None:
         self.samples += 1
+        if s.position_acceptance:
+            self.merge_positions(s.position_acceptance, 1)
         for name in FIELDS:
             v = getattr(s, name)
             if v is not None and not (name == "gen_throughput" and s.source == "sglang_prefill"):
                 self.sums[name] += v
                 self.counts[name] += 1
+
+
+    def merge_positions(self, values: Iterable[float], samples: int) -> None:
+        """A sample whose chain is longer than the ones before it (k went up) starts its extra positions at 0
+        for the earlier samples: a rate is the share of *all* drafts, and those drafted none there."""
+        for i, v in enumerate(values):
+            if i < len(self.positions):
+                self.positions[i] += v
+            else:
+                self.positions.append(v)
+        self.position_samples += samples
 
 
 class SampleWindows:
@@ -43,7 +58,7 @@ class SampleWindows:
 
     def record(self, sample: ServerSample) -> None:
         self.last[sample.source] = sample
-        if sample.accept_length is not None or sample.gen_throughput is not None:
+        if sample.accept_length is not None or sample.gen_throughput is not None or sample.position_acceptance:
             self._open.add(sample)
 
     def tick(self, now_s: float) -> None:
@@ -60,6 +75,9 @@ class SampleWindows:
                     for name in FIELDS:
                         total.sums[name] += part.sums[name]
                         total.counts[name] += part.counts[name]
+                    total.merge_positions(part.positions, part.position_samples)
             avg = {n: total.sums[n] / total.counts[n] if total.counts[n] else None for n in FIELDS}
+            pos = tuple(v / total.position_samples for v in total.positions) if total.position_samples else ()
             self.windows[w] = ServerWindow(accept_length=avg["accept_length"], accept_rate=avg["accept_rate"],
-                                           gen_throughput=avg["gen_throughput"], samples=total.samples)
+                                           gen_throughput=avg["gen_throughput"], samples=total.samples,
+                                           position_acceptance=pos)

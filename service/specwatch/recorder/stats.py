@@ -162,7 +162,7 @@ class Stats:
             accept_length=self.accept_length, server_reported_accept_length=self.server_accept_length,
             tokens_per_chunk=self.mean("tokens_per_chunk"), position_acceptance=self.position_acceptance,
             approximated_requests=self.approx_requests,
-            latency_s={m: self.quantiles_of(m) for m in LATENCY_METRICS})
+            latency_s={m: self.quantiles_of(m) for m in LATENCY_METRICS}, position_rounds=sum(self.rounds_by_accepted))
 
     @property
     def decode_tokens_per_second(self) -> float | None:

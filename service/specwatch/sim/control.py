@@ -27,6 +27,16 @@ def _scale(body: dict[str, Any], key: str) -> float:
     return float(v)
 
 
+def _int(v: object, key: str, lo: int, hi: int) -> int:
+    try:
+        n = int(str(v))
+    except ValueError:
+        raise ValueError(f"{key}: {str(v)[:40]!r} is not an integer") from None
+    if not lo <= n <= hi:
+        raise ValueError(f"{key}: must be from {lo} to {hi}")
+    return n
+
+
 def control_routes(app: web.Application, engine: Engine, batch_size: int, faults: FaultPlan) -> None:
     def explained() -> dict[str, Any]:
         return asdict(model.explain(engine.s.profile, engine.s.spec, batch_size, draft_cost=engine.s.draft_cost))
@@ -40,9 +50,26 @@ def control_routes(app: web.Application, engine: Engine, batch_size: int, faults
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def explain(request: web.Request) -> web.Response:
-        bs = int(request.query.get("batch_size", batch_size))
-        body = asdict(model.explain(engine.s.profile, engine.s.spec, bs, draft_cost=engine.s.draft_cost))
-        body["crossover"] = model.crossover(engine.s.profile, engine.s.spec, engine.s.draft_cost)
+        """``?batch_size=N`` (the round at N running requests); ``?streams=N,N,…`` (the best step count at each
+        load, the table ``--explain`` prints), with ``max_steps``, ``prompt_tokens``, ``output_tokens``,
+        ``domain`` and ``temperature`` (the traffic the model assumes)."""
+        q = request.query
+        try:
+            bs = _int(q.get("batch_size", batch_size), "batch_size", 1, 100_000)
+            streams = [_int(x, "streams", 1, 100_000) for x in q.get("streams", "1,16").split(",")][:32]
+            max_steps = _int(q.get("max_steps", 10), "max_steps", 0, 64)
+            prompt, output = (_int(q.get("prompt_tokens", 64), "prompt_tokens", 1, 1_000_000),
+                              _int(q.get("output_tokens", 256), "output_tokens", 2, 1_000_000))
+            temperature = float(q.get("temperature", 0.0))
+            if not 0 <= temperature <= 2:
+                raise ValueError("temperature: must be from 0 to 2")
+        except ValueError as exc:
+            return web.Response(status=400, body=orjson.dumps({"error": str(exc)}), content_type="application/json")
+        s = engine.s
+        body = asdict(model.explain(s.profile, s.spec, bs, draft_cost=s.draft_cost))
+        body["crossover"] = model.crossover(s.profile, s.spec, s.draft_cost)
+        body["best_steps"] = [asdict(model.best_steps(s.profile, s.spec, n, max_steps, prompt, output, s.draft_cost,
+                                                      q.get("domain", "chat")[:20], temperature)) for n in streams]
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def control(request: web.Request) -> web.Response:

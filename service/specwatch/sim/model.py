@@ -341,3 +341,38 @@ def format_load_table(profile: Profile, spec: SpecConfig, points: list[LoadPoint
     else:
         lines.append(f"  crossover: {cross:.1f} running requests (above it plain decoding is faster per stream)")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class BestSteps:
+    """The model's per-stream decode tok/s of every step count at ``streams`` closed-loop streams (prefill
+    stalls included, as ``load_point``), and the fastest: what the live advisor should find."""
+
+    streams: int
+    tokens_per_second: tuple[float, ...]  # index = draft steps (0: plain decoding)
+    best_steps: int
+
+
+def with_steps(spec: SpecConfig, steps: int) -> SpecConfig:
+    """The same draft (algorithm, topk) at ``steps`` steps; 0: plain decoding."""
+    if steps <= 0:
+        return SpecConfig()
+    width = steps + 1 if spec.topk == 1 else max(spec.num_draft_tokens, steps + 1)
+    return replace(spec, algorithm=spec.algorithm or "EAGLE3", num_steps=steps, num_draft_tokens=width)
+
+
+def best_steps(profile: Profile, spec: SpecConfig, streams: int, max_steps: int = 10, prompt_tokens: int = 64,
+               output_tokens: int = 256, draft_cost: float = 1.0, domain: str = "chat",
+               temperature: float = 0.0) -> BestSteps:
+    rates = tuple(load_point(profile, with_steps(spec, s), streams, prompt_tokens, output_tokens, draft_cost, domain,
+                             temperature).spec_tokens_per_second for s in range(max_steps + 1))
+    return BestSteps(streams, rates, max(range(len(rates)), key=rates.__getitem__))
+
+
+def format_best_steps(rows: list[BestSteps]) -> str:
+    lines = ["best step count by load (per-stream decode tok/s of each step count, 0 = plain decoding; prefill "
+             "stalls included)"]
+    for r in rows:
+        lines.append(f"  {r.streams:>7} streams: best {r.best_steps} at {r.tokens_per_second[r.best_steps]:.1f} tok/s; "
+                     + " ".join(f"{s}:{t:.1f}" for s, t in enumerate(r.tokens_per_second)))
+    return "\n".join(lines)

@@ -62,6 +62,8 @@ def add_sim_flags(p: argparse.ArgumentParser, formats: dict[str, str], default_f
     p.add_argument("--batch-sizes", default=None, metavar="N,N,…",
                    help="with --explain: the table by load (per-stream and aggregate tok/s, speculative and "
                         "plain, prefill stalls included) and the crossover")
+    p.add_argument("--max-steps", type=int, default=10,
+                   help="with --explain: the best step count by load among 0 (plain) to this many")
     p.add_argument("--prompt-tokens", type=int, default=64, help="with --batch-sizes: prompt length")
     p.add_argument("--output-tokens", type=int, default=256, help="with --batch-sizes: output length")
     p.add_argument("--cost-scale", type=float, default=1.0,
@@ -71,12 +73,15 @@ def add_sim_flags(p: argparse.ArgumentParser, formats: dict[str, str], default_f
 def explain_text(args: argparse.Namespace, spec: model.SpecConfig, draft_cost: float = 1.0) -> str:
     """``--explain``: one batch size, or with ``--batch-sizes`` the table by load and the crossover."""
     profile = sim_profile(args)
+    sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()] if args.batch_sizes else [args.batch_size]
+    best = model.format_best_steps([model.best_steps(profile, spec, n, args.max_steps, args.prompt_tokens,
+                                                     args.output_tokens, draft_cost) for n in sizes])
     if not args.batch_sizes:
-        return model.format_explanation(model.explain(profile, spec, args.batch_size, draft_cost=draft_cost))
-    sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+        return model.format_explanation(model.explain(profile, spec, args.batch_size, draft_cost=draft_cost)) + \
+            "\n" + best
     points = [model.load_point(profile, spec, n, args.prompt_tokens, args.output_tokens, draft_cost) for n in sizes]
     return model.format_load_table(profile, spec, points, model.crossover(profile, spec, draft_cost),
-                                   args.prompt_tokens, args.output_tokens)
+                                   args.prompt_tokens, args.output_tokens) + "\n" + best
 
 
 def check_sim_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -87,6 +92,8 @@ def check_sim_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error(f"--batch-sizes: {args.batch_sizes!r} is not a list of integers")
         if not sizes or any(n < 1 or n > 100_000 for n in sizes):
             parser.error("--batch-sizes: each must be from 1 to 100000")
+    if not 0 <= args.max_steps <= 64:
+        parser.error("--max-steps must be from 0 to 64")
     if args.prompt_tokens < 1 or args.output_tokens < 2:
         parser.error("--prompt-tokens must be >= 1 and --output-tokens >= 2")
     if not 0.001 <= args.cost_scale <= 100:

@@ -1,0 +1,347 @@
+"""The live advisor: per load bucket, the per-stream decode tok/s every step count 0 (plain) … k_max would give,
+the best, and its gain over the running configuration and over plain decoding, each with a 95% interval —
+from the running server's own numbers, without a restart. Analysis stage; pure.
+
+Per load bucket ``n`` (the load curve's window, hours: cost is a property of the server and the load) the
+running configuration's cycle time ``cycle(k, n)`` (accept length ÷ per-stream decode tok/s of the probes that
+ran at that load) and plain decoding's time per token ``plain(n)`` (the baseline curve at the bucket's load, or
+the A/B server's window at one stream). From the verdict window (minutes: acceptance is a property of the
+traffic) the per-position acceptance ``a_i``, the share of verify rounds that accepted draft position ``i``
+(the server's per-position rates when it logs them, else the probes' per-request histograms). With chain
+drafting (topk 1) the running ``k`` is the number of positions reported. Then for ``s`` draft steps:
+
+    cycle(s, n)  = plain(n) + (cycle(k, n) − plain(n)) × g(s) / g(k)
+    accept(s)    = 1 + Σ_{i ≤ s} a_i
+    tok/s(s, n)  = accept(s) / cycle(s, n)
+
+``g(s)`` is the *shape* of a round's cost over a plain step: ``s × draft_step + verify(s+1) − verify(1)``
+from a sweep's cycle-model fit (``--advisor-prior sweep.json``, at one stream); the live numbers set its scale
+at every load. (Under load the verify's compute grows with batch × draft tokens, which is linear in ``s``
+where the one-stream shape may saturate: far above ``k`` at high load the prediction reads high — on the
+simulator's dense profile at 16 streams, from k = 2, +5% at 7 steps and +10% at 10. A sweep's batch term
+would follow it, but a per-token prefill stall the same for every ``s`` then throws the scale off.) Without a
+prior the shape is unknown, but a round's cost rises with ``s`` and no faster than linearly (drafting is
+linear, verifying saturates), so ``g(s)/g(k)`` lies between ``s/k`` and 1 below ``k`` and between 1 and ``s/k``
+above: the estimate is the middle, the interval the whole range.
+
+Acceptance beyond ``k`` is not measured. With a prior it follows the prior's conditional acceptance along
+the chain, scaled by live ÷ prior at position ``k`` (a traffic mix or temperature scales every position's
+conditional acceptance); past the prior's own longest chain, and without a prior, each further position's
+conditional acceptance lies between 0 and that of position ``k`` held: the estimate is the middle.
+
+Intervals: the statistical parts (the bucket's per-request spread of tok/s, the A/B baseline's, binomial
+acceptance over the rounds counted, twice the prior fit's rms error on the shape) are each moved by their 95%
+half-width and combined in quadrature; the ranges (the shape without a prior, acceptance beyond what is
+known) are added at their ends. Each quantity — a step count's tok/s, the best's gain over running, over
+plain — is evaluated at every such end itself, so shared inputs cancel where they should. The best is the
+step count with the highest estimate. A bucket with too few probes, no plain rate at its load or no
+per-position acceptance says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from ..recorder.load import LoadBucket
+from ..results import ConfigResult
+from . import advisor, cost_model
+from .baseline import BaselineCurve
+from .cost_model import Fit
+from .engine_flags import EngineAdvice, ServerSetup, static_advice
+from .engine_flags import advise as schedule_advice
+from .load_sweep import schedule_of
+
+Z_95 = 1.96
+DEFAULT_MAX_STEPS = 10
+MIN_ROUNDS = 20  # verify rounds behind the probes' acceptance before it is used
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """A sweep's cycle-model fit: the shape of a round's cost in the step count, and of acceptance along the
+    chain."""
+
+    fit: Fit
+    measured_steps: int  # the longest chain the sweep measured acceptance for
+    source: str
+
+    def overhead_s(self, steps: int) -> float:
+        """Cost of a round with ``steps`` over a plain step, as the sweep measured it."""
+        return self.fit.cycle_s(steps) - self.fit.cycle_s(0)
+
+
+def prior_of(configs: Sequence[ConfigResult], source: str, max_steps: int) -> Prior:
+    """The cycle model fitted to a sweep (``advise --from``'s fit, at the sweep's first level);
+    ``AnalysisError`` when the sweep cannot be fitted."""
+    ms = advisor.from_results(configs)
+    return Prior(cost_model.fit(ms, max_steps), max((len(m.position_acceptance) for m in ms), default=0), source)
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    positions: tuple[float, ...]  # live a_i, index 0 = position 1
+    rounds: int | None  # verify rounds they were counted over; None: the server's own (every request)
+    source: str  # "server" | "probes"
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    value: float
+    lower: float
+    upper: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepPrediction:
+    steps: int
+    tokens_per_second: Estimate
+    accept_length: float
+    measured: bool  # every position it drafts was measured live, at the running configuration
+
+
+@dataclass(frozen=True, slots=True)
+class BucketAdvice:
+    bucket: int
+    mean_load: float
+    requests: int
+    status: str  # "ok", or why there is no advice
+    predictions: tuple[StepPrediction, ...] = ()
+    best_steps: int | None = None
+    gain_vs_running: Estimate | None = None  # best ÷ the running configuration
+    gain_vs_plain: Estimate | None = None  # best ÷ plain decoding
+
+    def prediction(self, steps: int) -> StepPrediction | None:
+        return next((p for p in self.predictions if p.steps == steps), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    running_steps: int | None
+    max_steps: int
+    prior: str | None  # its source, when one is used
+    acceptance: Acceptance | None
+    buckets: tuple[BucketAdvice, ...]
+    current_bucket: int | None  # the bucket of the server's load now
+    engine: tuple[EngineAdvice, ...] = ()  # the flags that run the advice (none: keep the configuration)
+
+    @property
+    def current(self) -> BucketAdvice | None:
+        return next((b for b in self.buckets if b.bucket == self.current_bucket), None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """One evaluation point of the model's uncertain inputs."""
+
+    overhead_s: float  # cycle(k, n) − plain(n)
+    plain_s: float  # seconds per token of plain decoding
+    accept_shift: float  # added to every live a_i (in standard errors × the per-position error)
+    shape_rel: float  # relative error on g(s)/g(k)
+    shape_w: float  # without a prior: where between its bounds g(s)/g(k) is (0..1)
+    tail_w: float  # unknown acceptance: where between 0 and "held" each further position is (0..1)
+
+
+def acceptance_of(server_positions: Sequence[float], probe_positions: Sequence[float], probe_rounds: int
+                  ) -> Acceptance | None:
+    """The server's per-position rates (all its traffic) when it logs them, else the probes' histograms."""
+    if server_positions:
+        return Acceptance(tuple(server_positions), None, "server")
+    if probe_positions and probe_rounds >= MIN_ROUNDS:
+        return Acceptance(tuple(probe_positions), probe_rounds, "probes")
+    return None
+
+
+def _conditional(a: Sequence[float]) -> list[float]:
+    out, prev = [], 1.0
+    for x in a:
+        out.append(min(1.0, x / prev) if prev > 0 else 0.0)
+        prev = x
+    return out
+
+
+class _Chain:
+    """Acceptance along the chain up to ``max_steps``: the live positions, then the extrapolated tail."""
+
+    def __init__(self, acc: Acceptance, prior: Prior | None, max_steps: int) -> None:
+        self.live = acc.positions
+        self.k = len(acc.positions)
+        self.rounds = acc.rounds
+        cond = _conditional(self.live)
+        self.last_cond = cond[-1] if cond else 0.0
+        self.shaped: list[float] = []  # the prior-shaped conditional acceptance of positions k+1 … (known part)
+        if prior is not None and prior.fit.positions:
+            pc = _conditional(prior.fit.positions)
+            if self.k <= len(pc) and pc[self.k - 1] > 0:
+                scale = self.last_cond / pc[self.k - 1]
+                self.shaped = [min(1.0, c * scale) for c in pc[self.k:prior.measured_steps]]
+        self.max_steps = max_steps
+
+    def positions(self, p: _Point) -> list[float]:
+        err = [math.sqrt(max(0.0, a * (1 - a)) / self.rounds) if self.rounds else 0.0 for a in self.live]
+        live = [min(1.0, max(0.0, a + p.accept_shift * e)) for a, e in zip(self.live, err, strict=True)]
+        for i in range(1, len(live)):
+            live[i] = min(live[i], live[i - 1])
+        out = list(live)
+        prev = out[-1] if out else 0.0
+        held = min(1.0, _conditional(live)[-1]) if live else 0.0
+        for j in range(self.k, self.max_steps):
+            shaped = j - self.k < len(self.shaped)
+            c = self.shaped[j - self.k] if shaped else p.tail_w * held
+            prev *= c
+            out.append(prev)
+        return out
+
+    def measured(self, steps: int) -> bool:
+        return steps <= self.k
+
+    def tail_unknown(self, steps: int) -> bool:
+        return steps > self.k + len(self.shaped)
+
+
+def _ratio_bounds(steps: int, k: int) -> tuple[float, float]:
+    r = steps / k
+    return (r, 1.0) if steps <= k else (1.0, r)
+
+
+class _Model:
+    def __init__(self, chain: _Chain, prior: Prior | None) -> None:
+        self.chain, self.prior = chain, prior
+        self.g_k = prior.overhead_s(chain.k) if prior is not None else 1.0
+        self.ok_shape = prior is None or self.g_k > 0
+
+    def ratio(self, steps: int, p: _Point) -> float:
+        k = self.chain.k
+        if steps == k:
+            return 1.0
+        if self.prior is not None and self.g_k > 0:
+            return max(0.0, self.prior.overhead_s(steps) / self.g_k * (1.0 + p.shape_rel))
+        lo, hi = _ratio_bounds(steps, k)
+        return lo + p.shape_w * (hi - lo)
+
+    def tps(self, steps: int, p: _Point) -> float:
+        if steps == 0:
+            return 1.0 / p.plain_s
+        al = 1.0 + sum(self.chain.positions(p)[:steps])
+        cyc = p.plain_s + max(0.0, p.overhead_s) * self.ratio(steps, p)
+        return al / cyc
+
+
+def _interval(q: Callable[[_Point], float], centre: _Point, stat: Sequence[tuple[str, float]],
+              ranges: Sequence[tuple[str, float, float]]) -> Estimate:
+    """``q`` at the centre; each statistical input moved by ± its 95% half-width (in quadrature), each range
+    input to its ends (added)."""
+    v = q(centre)
+    up2 = down2 = 0.0
+    for name, half in stat:
+        for sign in (1.0, -1.0):
+            d = q(replace(centre, **{name: getattr(centre, name) + sign * half})) - v
+            up2, down2 = up2 + max(d, 0.0) ** 2 / 2, down2 + min(d, 0.0) ** 2 / 2
+    up, down = math.sqrt(up2), math.sqrt(down2)
+    for name, lo, hi in ranges:
+        ds = [q(replace(centre, **{name: x})) - v for x in (lo, hi)]
+        up += max(0.0, *ds)
+        down += -min(0.0, *ds)
+    return Estimate(v, max(0.0, v - down), v + up)
+
+
+def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: float | None, acc: Acceptance | None,
+                  prior: Prior | None, max_steps: int, min_requests: int) -> BucketAdvice:
+    def no(status: str) -> BucketAdvice:
+        return BucketAdvice(b.bucket, b.mean_load, b.requests, status)
+
+    if b.requests < min_requests:
+        return no(f"not enough data: {b.requests} of {min_requests} probes at this load")
+    if plain_tps is None or plain_tps <= 0:
+        return no("no plain-decoding rate at this load (give --baseline-curve covering it)")
+    if acc is None or not acc.positions:
+        return no("no per-position acceptance yet (the server logs none and the probes' histograms are too few)")
+    cyc = b.cycle_s
+    if cyc is None:
+        return no("the probes at this load reported no verify rounds")
+    chain = _Chain(acc, prior, max(max_steps, len(acc.positions)))
+    model = _Model(chain, prior)
+    if not model.ok_shape:
+        return no("the prior's fit gives the running configuration no cost over plain decoding")
+    plain_s = 1.0 / plain_tps
+    centre = _Point(overhead_s=cyc - plain_s, plain_s=plain_s, accept_shift=0.0, shape_rel=0.0, shape_w=0.5,
+                    tail_w=0.5)
+    stat = [("overhead_s", Z_95 * (b.relative_stderr or 0.0) * cyc)]
+    if plain_rel_stderr:
+        stat.append(("plain_s", Z_95 * plain_rel_stderr * plain_s))
+    if acc.rounds:
+        stat.append(("accept_shift", Z_95))
+    if prior is not None:
+        stat.append(("shape_rel", 2.0 * prior.fit.rms_rel_error))
+    steps_range = range(0, chain.max_steps + 1)
+
+    def ranges_for(*steps: int) -> list[tuple[str, float, float]]:
+        out: list[tuple[str, float, float]] = []
+        if prior is None and any(s not in (0, chain.k) for s in steps):
+            out.append(("shape_w", 0.0, 1.0))
+        if any(s > 0 and chain.tail_unknown(s) for s in steps):
+            out.append(("tail_w", 0.0, 1.0))
+        return out
+
+    preds = []
+    for s in steps_range:
+        est = _interval(functools.partial(model.tps, s), centre, stat, ranges_for(s))
+        al = 1.0 + sum(chain.positions(centre)[:s])
+        preds.append(StepPrediction(s, est, al, chain.measured(s)))
+    best = max(preds, key=lambda p: p.tokens_per_second.value).steps
+    k = chain.k
+    vs_run = _interval(lambda p: model.tps(best, p) / model.tps(k, p), centre, stat, ranges_for(best, k))
+    vs_plain = _interval(lambda p: model.tps(best, p) / model.tps(0, p), centre, stat, ranges_for(best))
+    return BucketAdvice(b.bucket, b.mean_load, b.requests, "ok", tuple(preds), best, vs_run, vs_plain)
+
+
+def advise(buckets: Sequence[LoadBucket], curve: BaselineCurve | None,
+           ab_plain: tuple[float | None, float | None] | None,
+           acc: Acceptance | None, prior: Prior | None, max_steps: int, min_requests: int,
+           current_bucket: int | None) -> Advice:
+    """``ab_plain``: the A/B baseline server's (tok/s, relative stderr), valid for the one-stream bucket only
+    (it serves nothing but the probes); else the curve at each bucket's load."""
+    out = []
+    for b in sorted(buckets, key=lambda b: b.bucket):
+        if ab_plain is not None:
+            plain, se = ab_plain if b.bucket == 1 else (None, None)
+        else:
+            at = curve.at(b.mean_load) if curve is not None else None
+            plain, se = (at.tokens_per_second if at is not None else None), None
+        out.append(advise_bucket(b, plain, se, acc, prior, max_steps, min_requests))
+    return Advice(len(acc.positions) if acc else None, max_steps, prior.source if prior else None, acc, tuple(out),
+                  current_bucket)
+
+
+def with_flags(a: Advice, setup: ServerSetup) -> Advice:
+    """The engine flags for the advised step counts (``engine_flags``, the sweep's generator): one step count
+    at every advised load, or the per-load schedule; none while the running configuration is the advice."""
+    picks = [(b.bucket, b.best_steps) for b in a.buckets if b.status == "ok" and b.best_steps is not None]
+    ks = {k for _, k in picks}
+    if not picks or ks == {a.running_steps}:
+        return a
+    engine = static_advice(ks.pop(), setup) if len(ks) == 1 else schedule_advice(schedule_of(picks), setup)
+    return replace(a, engine=tuple(engine))
+
+
+def _steps(n: int) -> str:
+    return "plain decoding" if n == 0 else f"{n} step{'s' if n != 1 else ''}"
+
+
+def _pct(e: Estimate) -> str:
+    return f"{100 * (e.value - 1):+.0f}% (95% interval {100 * (e.lower - 1):+.0f}…{100 * (e.upper - 1):+.0f}%)"
+
+
+def describe(b: BucketAdvice, running: int | None) -> str:
+    """One line for the page and the view: "at 8 running requests, 2 steps would give +9% (95% interval
+    +4…+14%) over the running 5 steps; +4% over plain decoding"."""
+    where = f"at {b.mean_load:.3g} running request{'' if b.mean_load == 1 else 's'}"
+    if b.status != "ok" or b.best_steps is None or b.gain_vs_running is None or b.gain_vs_plain is None:
+        return f"{where}: {b.status}"
+    run = _steps(running) if running is not None else "the running configuration"
+    plain = "" if b.best_steps == 0 else f"; {_pct(b.gain_vs_plain)} over plain decoding"
+    if b.best_steps == running:
+        return f"{where}, the running {run} is the best predicted{plain}"
+    return f"{where}, {_steps(b.best_steps)} would give {_pct(b.gain_vs_running)} over the running {run}{plain}"
