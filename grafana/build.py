@@ -140,6 +140,21 @@ def verdict() -> db.Dashboard:
                            q(f"specwatch_speculation_past_crossover{{{SEL}}}", "{{instance}}"),
                            "1 while the server runs at or above the crossover (SpeculationLosingAtLoad after "
                            "15 m).", mappings=past_map))
+            .with_row(db.Row("Advisor: which step count would win"))
+            .with_panel(ts("Predicted tok/s per step count, per load bucket", "none",
+                           q(f"specwatch_advisor_predicted_tokens_per_second{{{SEL}}}",
+                             "{{steps}} steps at {{load_bucket}} {{instance}}"),
+                           desc="The live advisor's predicted per-stream decode tok/s of every step count (0: plain "
+                                "decoding) per load bucket, from the running server's own cycle time and acceptance."))
+            .with_panel(ts("Advised step count and its gain", "none",
+                           q(f"specwatch_advisor_best_steps{{{SEL}}}", "best steps at {{load_bucket}} {{instance}}"),
+                           q(f"specwatch_advisor_predicted_gain_ratio{{{SEL}}}", "gain at {{load_bucket}} {{instance}}",
+                             "B"),
+                           q(f"specwatch_advisor_predicted_gain_lower_ratio{{{SEL}}}",
+                             "gain, 95% low end at {{load_bucket}} {{instance}}", "C"),
+                           desc="The best step count per load bucket and its predicted tok/s over the running "
+                                "configuration's, with the low end of its 95% interval (SpeculationMisconfigured "
+                                "when that stays above 1.05 for 30 m)."))
             .build())
 
 

@@ -99,7 +99,8 @@ def test_every_alert_has_summary_description_runbook_and_the_runbook_exists():
     doc = yaml.safe_load(RULES.read_text())
     alerts = [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
     assert {a["alert"] for a in alerts} == {"SpeculationBelowBaseline", "SpeculationLosingAtLoad",
-                                           "AcceptLengthDropped", "SpecwatchProbeFailing", "SpecwatchLogStale",
+                                           "SpeculationMisconfigured", "AcceptLengthDropped", "SpecwatchProbeFailing",
+                                           "SpecwatchLogStale",
                                            "SpecwatchDown"}
     for a in alerts:
         assert {"summary", "description", "runbook_url"} <= set(a["annotations"]), a["alert"]

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from test_deploy import RULES, load_build
 
-from conftest import Procs, free_port, http_get, specwatch_cmd, wait_until
+from conftest import Procs, free_port, http_get, http_json, specwatch_cmd, wait_until
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,15 +51,18 @@ def spec_flags(engine: str, steps: int) -> tuple[str, ...]:
             "1", "--decode-log-interval", "10")
 
 
-def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str, engine: str = "sglang"):
+def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str, engine: str = "sglang",
+          sim_out: list | None = None):
     log = tmp / "server.log"
     sim = procs.sim("--profile", "seed", *spec_flags(engine, steps), "--log-file", str(log), "--quiet",
                     name=f"sim{steps}")
+    if sim_out is not None:
+        sim_out.append(sim)
     dport = free_port()
     procs.start(specwatch_cmd("run", "--server-url", sim.url, "--log-file", str(log), "--baseline-tps", "90",
                               "--listen", f"127.0.0.1:{dport}", "--interval-s", "1", "--verdict-window-s", "30",
                               "--max-tokens", "100", "--pause-s", "0", "--min-requests", "4"), f"daemon{steps}")
-    rules = shorten_for(tmp / "rules.yml", {"SpeculationBelowBaseline": "3s"})
+    rules = shorten_for(tmp / "rules.yml", {"SpeculationBelowBaseline": "3s", "SpeculationMisconfigured": "5s"})
     cfg = tmp / "prometheus.yml"
     cfg.write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -122,3 +125,37 @@ def _ok_probes(daemon_url: str) -> float:
     text = http_get(daemon_url + "/metrics")[1].decode()
     return float(re.search(r'^specwatch_probe_requests_total\{outcome="ok",target="spec"\} (\S+)$', text,
                            re.M).group(1))
+
+
+def test_misconfigured_is_quiet_at_the_best_step_count_and_fires_after_an_acceptance_collapse(procs, tmp_path,
+                                                                                             prometheus_bin):
+    """Seed at 2 steps: the advisor's best is the running configuration (gain exactly 1), for well past the
+    shortened ``for:``. Then the draft's acceptance collapses (``accept_scale`` 0.3: accept length 2.10 → 1.23):
+    plain decoding is measured faster at this load, and SpeculationMisconfigured fires with the advisor's
+    best step count (0) in its text."""
+    sims: list = []
+    base, _ = stack(procs, tmp_path, 2, prometheus_bin, sim_out=sims)
+    wait_until(lambda: prom_query(base, 'specwatch_advisor_best_steps{load_bucket="1"} == 2'), timeout_s=120,
+               what="the advisor's best is the running 2 steps")
+    n0 = float(prom_query(base, 'sum(specwatch_probe_requests_total{outcome="ok"})')[0]["value"][1])
+    wait_until(lambda: float(prom_query(base, 'sum(specwatch_probe_requests_total{outcome="ok"})')[0]["value"][1])
+               >= n0 + 8, timeout_s=90, what="eight more probes")
+    assert alerts(base, "SpeculationMisconfigured") == []
+    gains = prom_query(base, 'specwatch_advisor_predicted_gain_lower_ratio{load_bucket="1"}[5m]')[0]["values"]
+    assert {v for _, v in gains} == {"1"}, gains
+    assert http_json(sims[0].control + "/control", {"accept_scale": 0.3})["accept_length"] == pytest.approx(1.2305,
+                                                                                                       abs=0.001)
+    firing = wait_until(lambda: [a for a in alerts(base, "SpeculationMisconfigured") if a["state"] == "firing"],
+                        timeout_s=180, what="SpeculationMisconfigured firing")
+    assert firing[0]["labels"]["load_bucket"] == "1"
+    assert "running 0 draft steps" in firing[0]["annotations"]["description"]
+    # once the verdict window holds only collapsed rounds, the advice is the model's: plain decoding's 90 tok/s
+    # over 2 steps' 1.23 tokens per 22.64 ms round (54.4 tok/s)
+    def settled() -> float | None:
+        got = prom_query(base, 'specwatch_advisor_predicted_tokens_per_second{load_bucket="1",steps="2"}')
+        v = float(got[0]["value"][1]) if got else None
+        return v if v is not None and v == pytest.approx(1.2305 / 0.02264, rel=0.08) else None
+
+    wait_until(settled, timeout_s=120, what="the advisor's 2-step prediction at the collapsed acceptance")
+    gain = float(prom_query(base, 'specwatch_advisor_predicted_gain_ratio{load_bucket="1"}')[0]["value"][1])
+    assert gain == pytest.approx(90 / (1.2305 / 0.02264), rel=0.1)

@@ -113,13 +113,21 @@ def test_after_an_acceptance_collapse_the_advice_follows_the_model(name, n, k):
      "no plain-decoding rate at this load (give --baseline-curve covering it)"),
     (LoadBucket(4, 9, 4.0, 50.0, 0.01, 2.0), 60.0, None,
      "no per-position acceptance yet (the server logs none and the probes' histograms are too few)"),
-    (LoadBucket(4, 9, 4.0, 50.0, 0.01, None), 60.0, la.Acceptance((0.6, 0.4), 100, "probes"),
-     "the probes at this load reported no verify rounds"),
+    (LoadBucket(4, 9, 4.0, 0.0, 0.01, None), 60.0, la.Acceptance((0.6, 0.4), 100, "probes"),
+     "the probes at this load measured no decode rate"),
 ])
 def test_what_it_cannot_know_it_says(bucket, plain, acc, status):
     adv = la.advise_bucket(bucket, plain, None, acc, None, 10, 3)
     assert (adv.status, adv.predictions, adv.best_steps) == (status, (), None)
     assert la.describe(adv, 2) == f"at 4 running requests: {status}"
+
+
+def test_without_per_request_verify_counts_the_cycle_uses_the_live_acceptance():
+    """vLLM without --per-request-spec-decode-metrics: its log's per-position rates stand in."""
+    acc = la.Acceptance((0.6, 0.4), None, "server")
+    with_counts = la.advise_bucket(LoadBucket(1, 9, 1.0, 50.0, 0.01, 2.0), 40.0, None, acc, None, 4, 3)
+    without = la.advise_bucket(LoadBucket(1, 9, 1.0, 50.0, 0.01, None), 40.0, None, acc, None, 4, 3)
+    assert without.predictions == with_counts.predictions
 
 
 def test_acceptance_prefers_the_servers_own_rates_then_enough_probe_rounds():

@@ -29,6 +29,10 @@ the chain, scaled by live ÷ prior at position ``k`` (a traffic mix or temperatu
 conditional acceptance); past the prior's own longest chain, and without a prior, each further position's
 conditional acceptance lies between 0 and that of position ``k`` held: the estimate is the middle.
 
+When the probes carry no verify counts (vLLM without ``--per-request-spec-decode-metrics``) a bucket's accept
+length is the live acceptance's, ``1 + Σ a_i``: right while acceptance is steady, off for up to one load-curve
+window after it changes (the bucket's tok/s is hours of probes, the acceptance minutes).
+
 Intervals: the statistical parts (the bucket's per-request spread of tok/s, the A/B baseline's, binomial
 acceptance over the rounds counted, twice the prior fit's rms error on the shape) are each moved by their 95%
 half-width and combined in quadrature; the ranges (the shape without a prior, acceptance beyond what is
@@ -259,8 +263,10 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
     if acc is None or not acc.positions:
         return no("no per-position acceptance yet (the server logs none and the probes' histograms are too few)")
     cyc = b.cycle_s
+    if cyc is None and b.tokens_per_second > 0:  # vLLM without --per-request-spec-decode-metrics: see above
+        cyc = (1.0 + sum(acc.positions)) / b.tokens_per_second
     if cyc is None:
-        return no("the probes at this load reported no verify rounds")
+        return no("the probes at this load measured no decode rate")
     chain = _Chain(acc, prior, max(max_steps, len(acc.positions)))
     model = _Model(chain, prior)
     if not model.ok_shape:
