@@ -29,7 +29,7 @@ SUM_BY = re.compile(r"^sum(?: by \(([^)]*)\))? ?\((.*)\)$")
 QUANTILE = re.compile(r"^histogram_quantile\(([\d.]+), sum by \(([^)]*)\) \((.*)\)\)$")
 RATIO = re.compile(r"^(sum by \([^)]*\) \(.*\)) / (sum by \([^)]*\) \(.*\))$")
 COUNT = re.compile(r"^count\((.*)\)$")
-NEEDS_SERVER_SIDE = r"specwatch_(server_|log_|speedup_by_load|speculation_crossover)"
+NEEDS_SERVER_SIDE = r"specwatch_(server_|log_|speedup_by_load|speculation_crossover|advisor_(best|predicted))"
 COUNT_ONES = re.compile(r"^count\((.*) == 1\) or vector\(0\)$")
 
 

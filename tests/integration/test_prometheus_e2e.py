@@ -104,9 +104,7 @@ def test_the_alert_stays_inactive_at_2_steps(procs, tmp_path, prometheus_bin):
     wait_until(lambda: prom_query(base, "specwatch_speculation_below_baseline == 0"), timeout_s=120,
                what="a verdict of 0 in Prometheus")
     # keep watching for well past the shortened for: (3 s) while new probes arrive
-    n0 = float(prom_query(base, 'sum(specwatch_probe_requests_total{outcome="ok"})')[0]["value"][1])
-    wait_until(lambda: float(prom_query(base, 'sum(specwatch_probe_requests_total{outcome="ok"})')[0]["value"][1])
-               >= n0 + 4, timeout_s=60, what="four more probes")
+    more_probes(base, 4, timeout_s=60)
     assert alerts(base, "SpeculationBelowBaseline") == []
     history = prom_query(base, "specwatch_speculation_below_baseline[5m]")[0]["values"]
     speedups = prom_query(base, "specwatch_speedup_ratio[5m]")[0]["values"]
@@ -121,6 +119,15 @@ def test_the_alert_stays_inactive_at_2_steps(procs, tmp_path, prometheus_bin):
     assert http_get(daemon + "/healthz")[0] == 200
 
 
+def more_probes(base: str, n: int, timeout_s: float) -> None:
+    """Wait until Prometheus has seen ``n`` more successful probes than now."""
+    def ok() -> float:
+        return float(prom_query(base, 'sum(specwatch_probe_requests_total{outcome="ok"})')[0]["value"][1])
+
+    n0 = ok()
+    wait_until(lambda: ok() >= n0 + n, timeout_s=timeout_s, what=f"{n} more probes")
+
+
 def _ok_probes(daemon_url: str) -> float:
     text = http_get(daemon_url + "/metrics")[1].decode()
     return float(re.search(r'^specwatch_probe_requests_total\{outcome="ok",target="spec"\} (\S+)$', text,
@@ -129,7 +136,8 @@ def _ok_probes(daemon_url: str) -> float:
 
 def test_misconfigured_is_quiet_at_the_best_step_count_and_fires_after_an_acceptance_collapse(procs, tmp_path,
                                                                                              prometheus_bin):
-    """Seed at 2 steps: the advisor's best is the running configuration (gain exactly 1), for well past the
+    """Seed at 2 steps: the advisor's best is the running configuration (gain exactly 1; while the first
+    rounds are few it may name another step count, never with a gain that could fire), for well past the
     shortened ``for:``. Then the draft's acceptance collapses (``accept_scale`` 0.3: accept length 2.10 → 1.23):
     plain decoding is measured faster at this load, and SpeculationMisconfigured fires with the advisor's
     best step count (0) in its text."""
@@ -137,12 +145,10 @@ def test_misconfigured_is_quiet_at_the_best_step_count_and_fires_after_an_accept
     base, _ = stack(procs, tmp_path, 2, prometheus_bin, sim_out=sims)
     wait_until(lambda: prom_query(base, 'specwatch_advisor_best_steps{load_bucket="1"} == 2'), timeout_s=120,
                what="the advisor's best is the running 2 steps")
-    n0 = float(prom_query(base, 'sum(specwatch_probe_requests_total{outcome="ok"})')[0]["value"][1])
-    wait_until(lambda: float(prom_query(base, 'sum(specwatch_probe_requests_total{outcome="ok"})')[0]["value"][1])
-               >= n0 + 8, timeout_s=90, what="eight more probes")
+    more_probes(base, 8, timeout_s=90)
     assert alerts(base, "SpeculationMisconfigured") == []
     gains = prom_query(base, 'specwatch_advisor_predicted_gain_lower_ratio{load_bucket="1"}[5m]')[0]["values"]
-    assert {v for _, v in gains} == {"1"}, gains
+    assert all(float(v) <= 1.05 for _, v in gains) and gains[-1][1] == "1", gains
     assert http_json(sims[0].control + "/control", {"accept_scale": 0.3})["accept_length"] == pytest.approx(1.2305,
                                                                                                        abs=0.001)
     firing = wait_until(lambda: [a for a in alerts(base, "SpeculationMisconfigured") if a["state"] == "firing"],
