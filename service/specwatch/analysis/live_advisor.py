@@ -291,11 +291,9 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
             out.append(("tail_w", 0.0, 1.0))
         return out
 
-    preds = []
-    for s in steps_range:
-        est = _interval(functools.partial(model.tps, s), centre, stat, ranges_for(s))
-        al = 1.0 + sum(chain.positions(centre)[:s])
-        preds.append(StepPrediction(s, est, al, chain.measured(s)))
+    at_centre = chain.positions(centre)
+    preds = [StepPrediction(s, _interval(functools.partial(model.tps, s), centre, stat, ranges_for(s)),
+                            1.0 + sum(at_centre[:s]), chain.measured(s)) for s in steps_range]
     best = max(preds, key=lambda p: p.tokens_per_second.value).steps
     k = chain.k
     vs_run = _interval(lambda p: model.tps(best, p) / model.tps(k, p), centre, stat, ranges_for(best, k))

@@ -9,7 +9,9 @@ ranks each scheduler reports its own batch: the load is their mean (the batch a 
 
 ``LoadCurve`` sums each successful probe into its load bucket (a closed set: the nearest power of two, the
 last open ended) over ``window_s`` (hours of production traffic), in O(1) per probe: per bucket the decode tokens and
-seconds, the per-request rates' sum and sum of squares (their spread), and the loads (the bucket's mean).
+seconds, the per-request rates' sum and sum of squares (their spread), the loads (the bucket's mean), and
+the spec tokens and verify rounds of probes that reported them (the bucket's accept length, so its cycle time
+— a property of cost, stable when acceptance moves — for the live advisor).
 """
 
 from __future__ import annotations
