@@ -47,20 +47,57 @@ class Server:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
     def stop(self, grace_s: float) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        else:
-            with contextlib.suppress(ProcessLookupError):  # children left behind by a shell that exited
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        """SIGTERM the process group, SIGKILL what is left after ``grace_s``, and return only when no process
+        of the group runs: a shell's ``sh -c CMD`` (dash does not exec CMD) exits on SIGTERM at once, while
+        CMD still holds the port the next configuration is launched on."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(grace_s)
+        if not wait_group_gone(self.proc.pid, deadline):
+            self.kill_now()
+            wait_group_gone(self.proc.pid, time.monotonic() + KILL_WAIT_S)
+        self.proc.wait()
         if self.fh is not None:
             self.fh.close()
+
+
+KILL_WAIT_S = 10.0
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie does not: an orphan's zombie waits for an init
+    that may never reap it). Without ``/proc``, whether the group can be signalled."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # it exists, owned by another user
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def wait_group_gone(pgid: int, deadline: float, poll_s: float = 0.05) -> bool:
+    """True once no process of the group runs, False if one still does at ``deadline``."""
+    while group_running(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 def probe_ready(url: str, paths: list[str], timeout_s: float = 5.0) -> bool:

@@ -1,13 +1,15 @@
 """The shared launcher waits on the endpoint the server has: SGLang's /health_generate, else /health (vLLM and
 other OpenAI-compatible servers answer 404 on the former)."""
 
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from specwatch.errors import LaunchError
-from specwatch.launch import Server, wait_ready
+from specwatch.launch import Server, group_running, wait_ready
 
 pytestmark = pytest.mark.integration
 
@@ -57,3 +59,48 @@ def test_a_launch_that_exits_is_reported_with_its_output(tmp_path):
         wait_ready("http://127.0.0.1:9", server, timeout_s=30, poll_s=0.05)
     server.stop(1)
     assert "CUDA error: out of memory" in str(e.value)
+
+
+CHILD = """
+import pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+def on_term(*_):
+    if sys.argv[2] == "slow":  # a server's shutdown: it still holds its port for a while
+        time.sleep(0.5)
+        (out / "done").write_text("shut down")
+        sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+(out / "ready").write_text("handler installed")
+while True:
+    time.sleep(1)
+"""
+
+
+def launched_child(tmp_path, how: str) -> Server:
+    """A shell command whose last part is a Python child (``true;`` first: dash then cannot exec it), running
+    with its SIGTERM handler installed when this returns."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    server = Server(f"true; {sys.executable} {script} {tmp_path} {how}", tmp_path / "out.log")
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "ready").exists():
+        assert time.monotonic() < deadline and server.proc.poll() is None, server.tail()
+        time.sleep(0.02)
+    return server
+
+
+def test_stop_returns_once_the_shells_child_has_shut_down(tmp_path):
+    server = launched_child(tmp_path, "slow")
+    server.stop(10)
+    # the shell dies on SIGTERM at once; the child's shutdown is what frees the port for the next launch
+    assert (tmp_path / "done").read_text() == "shut down"
+    assert not group_running(server.proc.pid)
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    server = launched_child(tmp_path, "ignore")
+    start = time.monotonic()
+    server.stop(0.3)
+    assert time.monotonic() - start >= 0.3  # it had its grace
+    assert not group_running(server.proc.pid)
+    assert not (tmp_path / "done").exists()
