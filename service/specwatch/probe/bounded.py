@@ -89,11 +89,16 @@ class Printer:
         self.plan = plan
         self.say = say
         self.records: list[RequestRecord] = []
+        self.measuring = asyncio.Event()  # set once the warm-up requests are done
+        if plan.warmup == 0:
+            self.measuring.set()
 
     def __call__(self, rec: RequestRecord) -> None:
         self.records.append(rec)
         if rec.warmup:
             n = sum(r.warmup for r in self.records)
+            if n >= self.plan.warmup:
+                self.measuring.set()
             state = f"done ({rec.output_tokens} tokens)" if rec.ok else f"failed ({rec.outcome}: {rec.error})"
             self.say(f"  Warmup {n}/{self.plan.warmup} {state}" + ("\n" if n == self.plan.warmup else ""))
             return
@@ -130,7 +135,8 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
         setup = ProbeSetup(plan, [Target("spec", spec.server_url, info.api, info.model)], plist, params,
                            spec.timeouts, spec.access, spec.workers, spec.tokenizer is not None)
         done = asyncio.Event()
-        sampler = asyncio.create_task(running_requests(session, spec.server_url, done))
+        sampler = asyncio.create_task(running_requests(session, spec.server_url, done,
+                                                         printer.measuring))
         try:
             intervals = await run_probes(setup, printer, asyncio.Event(), lag_mod.LagMonitor(interval_s=1.0))
         finally:
@@ -152,11 +158,18 @@ LOAD_EVERY_S = 0.5
 MAX_LOAD_SAMPLES = 100_000
 
 
-async def running_requests(session: aiohttp.ClientSession, url: str, done: asyncio.Event) -> list[int]:
+async def running_requests(session: aiohttp.ClientSession, url: str, done: asyncio.Event,
+                           measuring: asyncio.Event) -> list[int]:
     """The server's running requests from its own ``/metrics`` (SGLang with ``--enable-metrics``, vLLM), every
-    ``LOAD_EVERY_S`` until ``done``, busy moments only: what load a run really put on the server. A server
-    without metrics (or one that refuses them) gives none; a failed scrape is skipped, never raised."""
+    ``LOAD_EVERY_S`` until ``done``, busy moments after the warm-up only (``measuring``): what load a run really
+    put on the server. The sequential warm-up's ones are not its load: a 16-stream level of a real sweep lasts a
+    few seconds, and two warm-up samples made its median 8.5 (CI). A server without metrics (or one that
+    refuses them) gives none; a failed scrape is skipped, never raised."""
     out: list[int] = []
+    waits = [asyncio.ensure_future(measuring.wait()), asyncio.ensure_future(done.wait())]
+    _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)  # no scrape in the warm-up
+    for w in pending:
+        w.cancel()
     while not done.is_set() and len(out) < MAX_LOAD_SAMPLES:
         try:
             status, text = await get_text(session, url + "/metrics")
