@@ -35,7 +35,8 @@ def test_sweep_over_concurrency_finds_each_crossover_and_prints_the_schedule(tmp
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     doc = json.loads((out / "sweep.json").read_text())
     by = {c["label"]: c for c in doc["configurations"]}
-    assert all(set(c["by_concurrency"]) == {str(n) for n in LEVELS} for c in by.values())
+    assert all(set(c["by_concurrency"]) == {str(n) for n in LEVELS} for c in by.values()), \
+        {k: (c["status"], c.get("error")) for k, c in by.items()}
     # k=7 crosses plain decoding between 8 and 24 streams (the model says ~13.6 running requests); k=3 never by
     # 32. The levels are where the simulator's closed-loop model (load_point: prefill stalls included) puts the
     # speedup clearly on either side, +17% at 8 and -14% at 24: at 16 its margin (-4.4%) is within what a

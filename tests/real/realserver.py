@@ -58,6 +58,11 @@ class RealServer:
             os.killpg(self.popen.pid, signal.SIGKILL)
 
 
+def pinned(cmd: list[str]) -> list[str]:
+    """Clients on CPU 1, beside the API server, off the Worker's CPU 0 (vllm-cpu.md)."""
+    return cmd if os.environ.get("REALTIER_PIN_CLIENTS", "1") == "0" else ["taskset", "-c", "1", *cmd]
+
+
 def serve_command(port: int, k: int, stats_interval_s: float = 2.0, extra: tuple[str, ...] = (),
                   method: str = "ngram") -> list[str]:
     return [sys.executable, str(HERE / "serve_vllm.py"), "--port", str(port), "--k", str(k), "--method", method,

@@ -25,8 +25,12 @@ def test_plain_vllm_is_recognised_and_streams_one_token_per_step(plain_server, t
         before["vllm:generation_tokens_total"]
     chunks = [n for r in records for n in r.chunk_tokens]
     steps = after["vllm:iteration_tokens_total_count"] - before["vllm:iteration_tokens_total_count"]
-    assert steps * 0.98 <= len(chunks) <= steps
-    assert sum(chunks) / len(chunks) <= 1.02  # one token per step (a late read may join two)
+    # a lone plain request gains one token per engine step, and every step's token is in a chunk
+    assert sum(chunks) == steps
+    # one chunk per step, but vLLM's RequestOutputCollector merges a request's deltas when its API process (on
+    # CPU 1 beside the client) falls behind the output handler: 1.03 tokens per chunk in one CI run, 1.09 on a
+    # quiet machine (speculation at k=3 streams ~3.9)
+    assert len(chunks) <= steps and sum(chunks) / len(chunks) <= 1.25
     n = len(engine_lines(plain_server.log))
     wait_until(lambda: len(engine_lines(plain_server.log)) > n, timeout_s=10, what="a stats line after the bench")
     assert spec_lines(plain_server.log) == []

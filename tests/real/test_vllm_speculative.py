@@ -43,19 +43,24 @@ def test_bench_counts_what_the_server_generated_and_chunks_carry_verify_rounds(s
     # tokens: exactly what the server counted (usage, not chunks)
     generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
     assert sum(r.output_tokens for r in records) == generated
-    # one chunk per engine step at one stream (the EngineCore is pinned, so the client reads every step as
-    # it comes): the server's step count is its iteration_tokens histogram's count
+    # every token is in a chunk, and a chunk is one engine step's delta at one stream -- or several: vLLM's
+    # RequestOutputCollector merges a request's deltas when its API process (on CPU 1 beside the client) falls
+    # behind the output handler (27 of 364 steps in one CI run; plain decoding 3-8%). The server's step count
+    # is its iteration_tokens histogram's count
+    assert all(sum(r.chunk_tokens) == r.output_tokens for r in records)
     steps = after["vllm:iteration_tokens_total_count"] - before["vllm:iteration_tokens_total_count"]
     chunks = sum(len(r.chunk_tokens) for r in records)
-    assert steps * 0.98 <= chunks <= steps
-    # every token beyond one per chunk is an accepted draft token; the server also counts the accepted tokens
-    # of a last round that max_tokens cut short (at most k per request)
+    merged = steps - chunks
+    assert 0 <= merged <= 0.15 * steps
+    # every token beyond one per round is an accepted draft token: beyond one per chunk, less one per merge (a
+    # merge into a request's first chunk hides that round's tokens, at most k+1); the server also counts the
+    # accepted tokens of a last round that max_tokens cut short (at most k per request)
     def delta(name: str) -> float:
         return after[name] - before[name]
 
     accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
-    extra = sum(sum(r.chunk_tokens[1:]) - (len(r.chunk_tokens) - 1) for r in records)
-    assert accepted - 3 * len(records) <= extra <= accepted
+    extra = sum(sum(r.chunk_tokens[1:]) - (len(r.chunk_tokens) - 1) for r in records) - merged
+    assert accepted - 3 * len(records) - 4 * merged <= extra <= accepted, (accepted, extra, merged)
     later = [n for r in records for n in r.chunk_tokens[1:]]
     client_tpc = sum(later) / len(later)
     assert client_tpc > 1.5  # several tokens per chunk under speculation
