@@ -33,12 +33,17 @@ def positions(profile: m.Profile, steps: int) -> tuple[float, ...]:
     return tuple(m.position_acceptance(m.conditional_probs(profile, spec(steps))))
 
 
-def prior_from(profile: m.Profile, steps: tuple[int, ...] = (0, 1, 3, 8)) -> la.Prior:
-    """A sweep at one stream of ``steps`` (none of them a running k below), as the model says it measures."""
-    t = truth(profile, 1).tokens_per_second
-    ms = [cost_model.Measurement(f"s{s}", s, s + 1, t[s], t[s], 1 + sum(positions(profile, s)), positions(profile, s),
-                                 1000) for s in steps]
-    return la.Prior(cost_model.fit(ms), max(steps), "test sweep")
+def fit_at(profile: m.Profile, n: int, steps: tuple[int, ...]) -> cost_model.Fit:
+    t = truth(profile, n).tokens_per_second
+    return cost_model.fit([cost_model.Measurement(f"s{s}", s, s + 1, t[s], t[s], 1 + sum(positions(profile, s)),
+                                                  positions(profile, s), 1000) for s in steps])
+
+
+def prior_from(profile: m.Profile, steps: tuple[int, ...] = (0, 1, 3, 8), loads: tuple[int, ...] = ()) -> la.Prior:
+    """A sweep at one stream (and at ``loads``) of ``steps`` (none of them a running k below), as the model says
+    it measures."""
+    return la.Prior(fit_at(profile, 1, steps), max(steps), "test sweep",
+                    tuple((n, fit_at(profile, n, steps)) for n in loads))
 
 
 def running(profile: m.Profile, n: int, k: int, acc_profile: m.Profile | None = None
@@ -61,6 +66,18 @@ def test_with_a_sweep_prior_the_best_and_the_predictions_match_the_model(name, n
     for pred in adv.predictions[:k + 5]:  # far above k at load, the one-stream shape reads high (the docstring)
         assert pred.tokens_per_second.value == pytest.approx(want.tokens_per_second[pred.steps], rel=0.05), pred.steps
     assert [pr.measured for pr in adv.predictions] == [s <= k for s in range(11)]
+
+
+@pytest.mark.parametrize(("name", "k"), [(p, k) for p in ("seed", "mixed", "fast") for k in (2, 5)])
+def test_a_sweep_at_the_buckets_load_gives_the_cost_shape_there(name, k):
+    """``sweep --concurrency 1,16``: at 16 streams every step count, far from k too, within 5%."""
+    p = m.PROFILES[name]
+    want = truth(p, 16)
+    b, acc = running(p, 16, k)
+    adv = la.advise_bucket(b, want.tokens_per_second[0], None, acc, prior_from(p, loads=(16,)), 10, 3)
+    assert adv.best_steps == want.best_steps
+    for pred in adv.predictions:
+        assert pred.tokens_per_second.value == pytest.approx(want.tokens_per_second[pred.steps], rel=0.05), pred.steps
 
 
 @pytest.mark.parametrize(("name", "n", "k"), CASES)
@@ -128,6 +145,24 @@ def test_without_per_request_verify_counts_the_cycle_uses_the_live_acceptance():
     with_counts = la.advise_bucket(LoadBucket(1, 9, 1.0, 50.0, 0.01, 2.0), 40.0, None, acc, None, 4, 3)
     without = la.advise_bucket(LoadBucket(1, 9, 1.0, 50.0, 0.01, None), 40.0, None, acc, None, 4, 3)
     assert without.predictions == with_counts.predictions
+
+
+def test_beyond_everything_measured_the_estimate_holds_the_last_conditional_acceptance_and_the_interval_spans_0():
+    """With a prior (its fit's own geometric tail, one rule): running k=3 at 0.9, 0.81, 0.729 (0.9 each, given
+    the position before), a prior measured to 3 steps: 5 steps' accept length is 1 + 0.9 + … + 0.9^5, and the
+    interval reaches the tail at 0. Without a prior, the middle: each further position half of 0.9."""
+    acc = la.Acceptance((0.9, 0.81, 0.729), None, "server")
+    b = LoadBucket(1, 9, 1.0, 100.0, 0.0, 1 + 0.9 + 0.81 + 0.729)
+    prior = prior_from(m.PROFILES["seed"], (0, 1, 3))
+    adv = la.advise_bucket(b, 50.0, None, acc, prior, 5, 3)
+    five = adv.prediction(5)
+    assert five is not None and not five.measured
+    assert five.accept_length == pytest.approx(sum(0.9 ** i for i in range(6)))
+    e = five.tokens_per_second
+    nothing = la.advise_bucket(b, 50.0, None, acc, prior, 3, 3).prediction(3)
+    assert nothing is not None and e.lower < nothing.tokens_per_second.value * 1.01  # no 4th, 5th accepted: ~k=3's
+    bare = la.advise_bucket(b, 50.0, None, acc, None, 5, 3).prediction(5)
+    assert bare is not None and bare.accept_length == pytest.approx(1 + 0.9 + 0.81 + 0.729 * (1 + 0.45 + 0.45 ** 2))
 
 
 def test_acceptance_prefers_the_servers_own_rates_then_enough_probe_rounds():

@@ -15,19 +15,23 @@ drafting (topk 1) the running ``k`` is the number of positions reported. Then fo
     tok/s(s, n)  = accept(s) / cycle(s, n)
 
 ``g(s)`` is the *shape* of a round's cost over a plain step: ``s × draft_step + verify(s+1) − verify(1)``
-from a sweep's cycle-model fit (``--advisor-prior sweep.json``, at one stream); the live numbers set its scale
-at every load. (Under load the verify's compute grows with batch × draft tokens, which is linear in ``s``
-where the one-stream shape may saturate: far above ``k`` at high load the prediction reads high — on the
-simulator's dense profile at 16 streams, from k = 2, +5% at 7 steps and +10% at 10. A sweep's batch term
-would follow it, but a per-token prefill stall the same for every ``s`` then throws the scale off.) Without a
-prior the shape is unknown, but a round's cost rises with ``s`` and no faster than linearly (drafting is
-linear, verifying saturates), so ``g(s)/g(k)`` lies between ``s/k`` and 1 below ``k`` and between 1 and ``s/k``
-above: the estimate is the middle, the interval the whole range.
+from a sweep's cycle-model fit (``--advisor-prior sweep.json``): the fit at the sweep's level in the bucket's
+load when it ran one (``sweep --concurrency 1,16``: under load the verify's compute grows with batch × draft
+tokens and prefill stalls join every round, so the one-stream shape misreads step counts far from ``k`` —
+against the simulator's model at 16 streams, mixed profile from k = 2, 10 steps ~10% high), else its first
+level's; the live numbers set its scale at every load. Without a prior the shape is unknown, but a round's
+cost rises with ``s`` and no faster than linearly (drafting is linear, verifying saturates), so ``g(s)/g(k)``
+lies between ``s/k`` and 1 below ``k`` and between 1 and ``s/k`` above: the estimate is the middle, the
+interval the whole range.
 
 Acceptance beyond ``k`` is not measured. With a prior it follows the prior's conditional acceptance along
 the chain, scaled by live ÷ prior at position ``k`` (a traffic mix or temperature scales every position's
 conditional acceptance); past the prior's own longest chain, and without a prior, each further position's
-conditional acceptance lies between 0 and that of position ``k`` held: the estimate is the middle.
+conditional acceptance lies between 0 and that of position ``k`` held. With a prior the estimate holds it —
+the prior's own fit extrapolates so (the offline cost model's geometric tail, one rule for both): a draft
+head that keeps pace with the target (on the real tier's EAGLE-3, 0.99 at every position to 5) is predicted
+right, and one whose acceptance collapses after ``k`` reads high, inside its interval. Without a prior
+nothing is known of the tail or the cost, and each estimate is the middle of its range.
 
 When the probes carry no verify counts (vLLM without ``--per-request-spec-decode-metrics``) a bucket's accept
 length is the live acceptance's, ``1 + Σ a_i``: right while acceptance is steady, off for up to one load-curve
@@ -44,13 +48,15 @@ per-position acceptance says so instead of guessing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..recorder.load import LoadBucket
-from ..results import ConfigResult
+from ..errors import AnalysisError
+from ..recorder.load import LoadBucket, bucket_of
+from ..results import ConfigResult, levels
 from . import advisor, cost_model
 from .baseline import BaselineCurve
 from .cost_model import Fit
@@ -66,22 +72,35 @@ MIN_ROUNDS = 20  # verify rounds behind the probes' acceptance before it is used
 @dataclass(frozen=True, slots=True)
 class Prior:
     """A sweep's cycle-model fit: the shape of a round's cost in the step count, and of acceptance along the
-    chain."""
+    chain; with ``sweep --concurrency``, the cost's shape at each load it measured too."""
 
-    fit: Fit
+    fit: Fit  # at the sweep's first level
     measured_steps: int  # the longest chain the sweep measured acceptance for
     source: str
+    by_load: tuple[tuple[int, Fit], ...] = ()  # (load bucket, the fit at that level): cost shape by load
 
-    def overhead_s(self, steps: int) -> float:
-        """Cost of a round with ``steps`` over a plain step, as the sweep measured it."""
-        return self.fit.cycle_s(steps) - self.fit.cycle_s(0)
+    def cost_fit(self, bucket: int | None = None) -> Fit:
+        """The fit for a bucket's cost shape: the sweep's level in that bucket, else the first level's."""
+        return next((f for b, f in self.by_load if b == bucket), self.fit)
+
+    def overhead_s(self, steps: int, bucket: int | None = None) -> float:
+        """Cost of a round with ``steps`` over a plain step, as the sweep measured it (at ``bucket``'s load)."""
+        f = self.cost_fit(bucket)
+        return f.cycle_s(steps) - f.cycle_s(0)
 
 
 def prior_of(configs: Sequence[ConfigResult], source: str, max_steps: int) -> Prior:
-    """The cycle model fitted to a sweep (``advise --from``'s fit, at the sweep's first level);
-    ``AnalysisError`` when the sweep cannot be fitted."""
+    """The cycle model fitted to a sweep (``advise --from``'s fit, at the sweep's first level), and at each
+    further level whose configurations fit (``sweep --concurrency``); ``AnalysisError`` when the first
+    cannot be fitted."""
     ms = advisor.from_results(configs)
-    return Prior(cost_model.fit(ms, max_steps), max((len(m.position_acceptance) for m in ms), default=0), source)
+    by_load = []
+    for n in levels(configs)[1:]:  # the lowest is ``configs``' own results (sweep keeps it there)
+        with contextlib.suppress(AnalysisError):  # a level that does not fit keeps the first level's shape
+            at_n = [c.at(n) for c in configs if n in c.by_concurrency]
+            by_load.append((bucket_of(n), cost_model.fit(advisor.from_results(at_n), max_steps)))
+    return Prior(cost_model.fit(ms, max_steps), max((len(m.position_acceptance) for m in ms), default=0), source,
+                 tuple(by_load))
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,9 +230,9 @@ def _ratio_bounds(steps: int, k: int) -> tuple[float, float]:
 
 
 class _Model:
-    def __init__(self, chain: _Chain, prior: Prior | None) -> None:
-        self.chain, self.prior = chain, prior
-        self.g_k = prior.overhead_s(chain.k) if prior is not None else 1.0
+    def __init__(self, chain: _Chain, prior: Prior | None, bucket: int) -> None:
+        self.chain, self.prior, self.bucket = chain, prior, bucket
+        self.g_k = prior.overhead_s(chain.k, bucket) if prior is not None else 1.0
         self.ok_shape = prior is None or self.g_k > 0
 
     def ratio(self, steps: int, p: _Point) -> float:
@@ -221,7 +240,7 @@ class _Model:
         if steps == k:
             return 1.0
         if self.prior is not None and self.g_k > 0:
-            return max(0.0, self.prior.overhead_s(steps) / self.g_k * (1.0 + p.shape_rel))
+            return max(0.0, self.prior.overhead_s(steps, self.bucket) / self.g_k * (1.0 + p.shape_rel))
         lo, hi = _ratio_bounds(steps, k)
         return lo + p.shape_w * (hi - lo)
 
@@ -268,19 +287,19 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
     if cyc is None:
         return no("the probes at this load measured no decode rate")
     chain = _Chain(acc, prior, max(max_steps, len(acc.positions)))
-    model = _Model(chain, prior)
+    model = _Model(chain, prior, b.bucket)
     if not model.ok_shape:
         return no("the prior's fit gives the running configuration no cost over plain decoding")
     plain_s = 1.0 / plain_tps
     centre = _Point(overhead_s=cyc - plain_s, plain_s=plain_s, accept_shift=0.0, shape_rel=0.0, shape_w=0.5,
-                    tail_w=0.5)
+                    tail_w=1.0 if prior is not None else 0.5)
     stat = [("overhead_s", Z_95 * (b.relative_stderr or 0.0) * cyc)]
     if plain_rel_stderr:
         stat.append(("plain_s", Z_95 * plain_rel_stderr * plain_s))
     if acc.rounds:
         stat.append(("accept_shift", Z_95))
     if prior is not None:
-        stat.append(("shape_rel", 2.0 * prior.fit.rms_rel_error))
+        stat.append(("shape_rel", 2.0 * prior.cost_fit(b.bucket).rms_rel_error))
     steps_range = range(0, chain.max_steps + 1)
 
     def ranges_for(*steps: int) -> list[tuple[str, float, float]]:
