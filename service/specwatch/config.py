@@ -37,6 +37,7 @@ class Config:
     load_curve_window_s: int = default("load_curve_window_s")
     advisor_prior: str | None = default("advisor_prior")
     advisor_max_steps: int = default("advisor_max_steps")
+    speculative_config: str | None = default("speculative_config")  # vLLM's own JSON, for the advice's flags
     rate_per_s: float | None = default("rate_per_s")
     concurrency: int = default("concurrency")
     pause_s: float = default("pause_s")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -118,6 +119,7 @@ class Daemon:
         self.by_load: LoadVerdict | None = None
         self.setup = engine_flags.ServerSetup("unknown")
         self.prior = read_prior(cfg.advisor_prior, cfg.advisor_max_steps) if cfg.advisor_prior else None
+        self.speculative_config = json.loads(cfg.speculative_config) if cfg.speculative_config else None
         self.tokenizer = Tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         self.intake = ProbeIntake(self.recorder, self.load, self.load_curve, self.tokenizer,
                                   [self.exporter.observe_record])
@@ -148,7 +150,7 @@ class Daemon:
     def on_server_info(self, target: str, info: ServerInfo) -> None:
         """What the speculative server says of itself: the engine and version the advice's flags are for."""
         if target == "spec":
-            self.setup = engine_flags.setup_from_info(info.info, info.engine)
+            self.setup = engine_flags.setup_from_info(info.info, info.engine, self.speculative_config)
 
     def ready(self) -> bool:
         fresh = max(60.0, 5 * self.cfg.interval_s)

@@ -246,9 +246,9 @@ OPTIONS: dict[str, Option] = {
     "grace_s": Option(positive(float, DAY_S), "seconds between SIGTERM and SIGKILL when stopping a server",
                       default=20.0),
     "out": Option(typed(str), "output directory", default='sweep-out'),
-    "speculative_config": Option(json_object, "vLLM: the speculative targets' own --speculative-config JSON (with "
-                                              "--targets; --launch commands are read), so the per-load schedule is "
-                                              "printed as a whole flag"),
+    "speculative_config": Option(json_object, "vLLM: the speculative server's own --speculative-config JSON (vLLM "
+                                              "does not report it; sweep: with --targets, --launch commands are "
+                                              "read), so the advice is printed as a whole flag"),
     "concurrency_levels": Option(int_list, "closed loop: streams in flight; a list (1,4,16,32) benches every "
                                            "configuration at each", flag_name="concurrency", default='1'),
 }

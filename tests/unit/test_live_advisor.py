@@ -4,6 +4,7 @@ intervals without a prior, what it says when it cannot know, and the flags it ha
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from specwatch.analysis import cost_model
 from specwatch.analysis import live_advisor as la
 from specwatch.analysis.baseline import BaselineCurve, CurvePoint
-from specwatch.analysis.engine_flags import ServerSetup
+from specwatch.analysis.engine_flags import ServerSetup, setup_from_info
 from specwatch.export.prometheus import Exporter
 from specwatch.recorder.load import LoadBucket
 from specwatch.sim import model as m
@@ -201,6 +202,13 @@ def test_flags_follow_the_advice_one_step_count_a_schedule_or_none():
     assert [a.headline for a in plain] == ["vLLM: plain decoding wins: launch without --speculative-config"]
     sched = la.with_flags(advice_with([(1, 3), (16, 0)], 3), ServerSetup("vllm", "0.32.0")).engine
     assert '"num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 32, 0]]' in sched[0].flags
+    # vLLM does not report its --speculative-config: without the operator's copy the advice is the key to set,
+    # with it (run --speculative-config) the whole flag
+    cfg = {"method": "eagle3", "model": "/m/head", "num_speculative_tokens": 3}
+    key = la.with_flags(advice_with([(1, 5)], 3), setup_from_info({"version": "0.32.0"}, "vllm")).engine
+    assert [a.flags for a in key] == ['"num_speculative_tokens": 5']
+    whole = la.with_flags(advice_with([(1, 5)], 3), setup_from_info({"version": "0.32.0"}, "vllm", cfg)).engine
+    assert [a.flags for a in whole] == [f"--speculative-config '{json.dumps(cfg | {'num_speculative_tokens': 5})}'"]
 
 
 def test_exported_series_follow_the_buckets_with_advice():

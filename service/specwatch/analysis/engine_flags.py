@@ -148,10 +148,14 @@ def setup_of(configs: Sequence[ConfigResult]) -> ServerSetup:
     return setup_from_info(c.server_info)
 
 
-def setup_from_info(info: Mapping[str, Any], engine: str | None = None) -> ServerSetup:
-    """What a server says of itself (``probe.detect``'s info: SGLang's server args, vLLM's version)."""
+def setup_from_info(info: Mapping[str, Any], engine: str | None = None,
+                    speculative_config: Mapping[str, Any] | None = None) -> ServerSetup:
+    """What a server says of itself (``probe.detect``'s info: SGLang's server args, vLLM's version); vLLM does
+    not report its ``--speculative-config``, so the operator's copy of it (``speculative_config``) completes
+    it."""
     if engine == "vllm" or info.get("engine") == "vllm":
-        return ServerSetup("vllm", str(info["version"]) if info.get("version") else None)
+        return ServerSetup("vllm", str(info["version"]) if info.get("version") else None,
+                           dict(speculative_config) if speculative_config else None)
     if info.get("speculative_algorithm"):
         graphs = info.get("cuda_graph_bs")
         bs = tuple(sorted({b for b in graphs if isinstance(b, int) and b > 0})) if isinstance(graphs, list) else ()
