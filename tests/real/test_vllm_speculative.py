@@ -92,9 +92,10 @@ def test_bench_counts_what_the_server_generated_and_chunks_carry_verify_rounds(s
         list(positions_of([sum(x) for x in itertools.zip_longest(*(r.spec.histogram for r in measured),
                                                                  fillvalue=0)])), abs=1e-9)
     name = spec_server.log.stem
-    if eagle:  # a draft model: high at the first position, decaying with depth
+    if eagle:  # a draft model's chain: a position is accepted only after every one before it, so never rising
+        # with depth (on greedy held-out code this head misses at the first position only: 0.998 at each)
         assert server_al >= 2.0, server_al
-        assert all(a > b for a, b in itertools.pairwise(server_pos)), server_pos
+        assert all(a >= b for a, b in itertools.pairwise(server_pos)), server_pos
     COMPARISONS.append(f"bench {name}: per-position {', '.join(f'{x:.3f}' for x in client_pos)} from the "
                        f"per-request histograms; vLLM's counters {', '.join(f'{x:.3f}' for x in server_pos)}")
     COMPARISONS.append(f"bench {name}: accept length {client_al:.3f} from metrics.speculative_decoding; vLLM's "

@@ -182,12 +182,15 @@ def patch_55005() -> str:
 
 
 def build_model() -> float:
-    """The tiny model (deterministic, from the stdlib sources of the venv's Python); returns seconds taken."""
-    if (model_dir() / "config.json").exists() and (model_dir() / ".built").exists():
+    """The tiny model (deterministic, from the stdlib sources of the venv's Python); returns seconds taken, 0
+    when the cached one was built by the same builder."""
+    stamp = model_dir() / ".built"
+    key = hashlib.sha256((HERE / "tiny_model.py").read_bytes()).hexdigest()
+    if (model_dir() / "config.json").exists() and stamp.exists() and stamp.read_text().strip() == key:
         return 0.0
     t0 = time.monotonic()
     _run([str(python()), str(HERE / "tiny_model.py"), str(model_dir())], "build the tiny model", 900)
-    (model_dir() / ".built").write_text("ok\n")
+    stamp.write_text(key + "\n")
     return time.monotonic() - t0
 
 
