@@ -32,11 +32,11 @@ import vllm_env
 MODEL_NAME = "tiny-llama"
 
 
-def speculative_config(k: int, method: str = "ngram", head: Path | None = None) -> dict[str, object]:
+def speculative_config(k: int, method: str = "ngram") -> dict[str, object]:
     """The tier's config at ``k`` draft tokens (``sweep --speculative-config`` is given the same): ngram, or
-    EAGLE-3 with the distilled head or ``head`` (vLLM wants its path absolute)."""
+    EAGLE-3 with the distilled head (vLLM wants its path absolute)."""
     if method == "eagle3":
-        return {"method": "eagle3", "model": str((head or vllm_env.head_dir()).resolve()), "num_speculative_tokens": k}
+        return {"method": "eagle3", "model": str(vllm_env.head_dir().resolve()), "num_speculative_tokens": k}
     return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
 

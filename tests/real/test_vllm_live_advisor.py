@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 import pytest
-import vllm_env
 from realserver import COMPARISONS, TIMINGS, RealServer, launch, pinned, wait_ready
 from serve_vllm import speculative_config
 from vllm_truth import metrics
@@ -43,9 +42,9 @@ ROUNDS, RUNS, MAX_TOKENS = 3, 8, 128
 TOLERANCE = 0.10  # the issue's, reported
 
 
-def head_config(head: Path, k: int) -> tuple[str, ...]:
-    """``vllm serve`` flags for EAGLE-3 with ``head`` at ``k`` steps, as serve_vllm.py gives its own head."""
-    return ("--speculative-config", json.dumps(speculative_config(k, "eagle3", head)),
+def head_config(k: int) -> tuple[str, ...]:
+    """``vllm serve`` flags for EAGLE-3 with the tier's head at ``k`` steps, as serve_vllm.py gives them."""
+    return ("--speculative-config", json.dumps(speculative_config(k, "eagle3")),
             "--per-request-spec-decode-metrics", "summary")
 
 
@@ -101,7 +100,7 @@ def prior_sweep(urls: list[str], prompts: Path, tmp: Path) -> Path:
     return out / "sweep.json"
 
 
-def live_advice(procs, spec: RealServer, head: Path, plain_tps: float, prior: Path, temperature: float,
+def live_advice(procs, spec: RealServer, plain_tps: float, prior: Path, temperature: float,
                 prompts: Path, name: str) -> dict:
     """The daemon on a k=3 server, with plain decoding's rate for its traffic (as an operator would give it from
     a sweep or a bench; an A/B server would share the Worker's CPU here, its EngineCore spinning after each of
@@ -112,7 +111,7 @@ def live_advice(procs, spec: RealServer, head: Path, plain_tps: float, prior: Pa
         "run", "--listen", f"127.0.0.1:{port}", "--server-url", spec.url, "--baseline-tps", f"{plain_tps:.3f}",
         "--log-file", str(spec.log), "--server-metrics", "--interval-s", "0.5", "--max-tokens", str(MAX_TOKENS),
         "--pause-s", "0", "--temperature", str(temperature), "--prompts", str(prompts),
-        "--advisor-prior", str(prior), "--speculative-config", head_config(head, 3)[1])), f"daemon-{name}")
+        "--advisor-prior", str(prior), "--speculative-config", head_config(3)[1])), f"daemon-{name}")
     url = f"http://127.0.0.1:{port}"
 
     def ready():
@@ -136,7 +135,7 @@ def prior(eagle_server, plain_server, heldout_prompts, tmp_path_factory) -> tupl
     """``sweep --targets`` over plain decoding and the distilled head at 1 and 3 steps: the ``--advisor-prior``
     and plain decoding's one-stream rate."""
     tmp = tmp_path_factory.mktemp("prior")
-    k1 = start(tmp, {"eagle3-k1": head_config(vllm_env.head_dir(), 1)})["eagle3-k1"]
+    k1 = start(tmp, {"eagle3-k1": head_config(1)})["eagle3-k1"]
     t0 = time.monotonic()
     try:
         path = prior_sweep([plain_server.url, k1.url, eagle_server.url], heldout_prompts, tmp)
@@ -197,7 +196,7 @@ def test_the_live_advisor_predicts_step_counts_it_never_ran_and_its_flags_run_th
     and 5 steps started beside it; the greedy advice's own flags started and measured beside them."""
     path, plain_tps = prior
     steps = (3, *PREDICTED)
-    up = start(tmp_path, {f"eagle3-k{k}": head_config(vllm_env.head_dir(), k) for k in steps})
+    up = start(tmp_path, {f"eagle3-k{k}": head_config(k) for k in steps})
     try:
         servers = {0: plain_server, **{k: up[f"eagle3-k{k}"] for k in steps}}
         for temperature in (0.0, 0.8):
@@ -205,7 +204,7 @@ def test_the_live_advisor_predicts_step_counts_it_never_ran_and_its_flags_run_th
             # bench of the plain server at 0.8 (sampling is work of its own for vLLM's CPU build)
             baseline = plain_tps if temperature == 0.0 else decode_tps(plain_server.url, temperature,
                                                                         heldout_prompts, tmp_path)
-            adv = live_advice(procs, servers[3], vllm_env.head_dir(), baseline, path, temperature, heldout_prompts,
+            adv = live_advice(procs, servers[3], baseline, path, temperature, heldout_prompts,
                               f"T{temperature}")
             one = next(b for b in adv["buckets"] if b["bucket"] == 1)
             advised = {}
