@@ -5,7 +5,8 @@ under the same background load on the plain server, by a second daemon. Each ser
 (the two never compete for the Worker's CPU), twice.
 
 Measured here (clients pinned), the truth itself moves between runs far more than 10%, so every run asserts
-the verdict's direction and the load it is at, and the summary prints how close each run came.
+the load the verdict is at, one run of the two must match the truth within 15%, and the summary prints how
+close each run came.
 
 Pinning (``vllm-cpu.md``): vLLM binds its Worker to CPU 0 and serve_vllm.py pins the EngineCore beside it;
 every client here (background bench, daemon, sweep) runs on CPU 1, beside the API server, so the server's
@@ -65,10 +66,13 @@ def measure(procs, server, name: str, curve=None) -> dict:
 
 
 def plain_curve(plain_server, out):
-    """Plain decoding's curve, its load measured on the server (its /metrics), measured just before it is used:
-    on two cores the servers' speed drifts by tens of percent over minutes, the same for both servers."""
-    p = subprocess.run(pinned(specwatch_cmd("sweep", "--targets", plain_server.url, "--concurrency", "8,16,32",
-                                            "--max-tokens", "128", "--num-runs", "4", "--warmup", "1",
+    """Plain decoding's curve, its load measured on the server (its /metrics), measured just before the same-load
+    truth's plain run: on two cores the servers' speed drifts by tens of percent over minutes, the same for both
+    servers, so the two plain measurements the comparison rests on are taken back to back. Its points bracket
+    the daemon's load closely (12 and 16 running requests; 24 beyond), with at least two rounds per stream (48
+    requests a level) so that a level is not mostly its first round filling the batch and its last emptying it."""
+    p = subprocess.run(pinned(specwatch_cmd("sweep", "--targets", plain_server.url, "--concurrency", "12,16,24",
+                                            "--max-tokens", "128", "--num-runs", "48", "--warmup", "1",
                                             "--temperature", "0", "--out", str(out))),
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
@@ -78,10 +82,10 @@ def plain_curve(plain_server, out):
 def test_the_daemons_speedup_under_load_matches_the_same_load_truth(spec_server, plain_server, procs, tmp_path):
     t_start = time.monotonic()
     rows = []
-    for run in range(RUNS):  # curve, then the speculative server, then the plain one: a minute and a half
+    for run in range(RUNS):  # curve, then the plain server's truth, then the speculative one: about two minutes
         curve = plain_curve(plain_server, tmp_path / f"curve-{run}")
-        s = measure(procs, spec_server, "spec", curve)
         plain = measure(procs, plain_server, "plain")
+        s = measure(procs, spec_server, "spec", curve)
         v = s["verdict"]
         spec_tps, plain_tps = s["probe"]["spec"]["tokens_per_second"], plain["probe"]["spec"]["tokens_per_second"]
         rows.append({"speedup": v["speedup"], "rse": v["relative_stderr"] or 0.0, "truth": spec_tps / plain_tps,
@@ -98,9 +102,13 @@ def test_the_daemons_speedup_under_load_matches_the_same_load_truth(spec_server,
     assert all(r["speedup"] is not None and r["status"] in ("measured", "interpolated") for r in rows), rows
     assert all(BACKGROUND - 2 <= r["load"] <= BACKGROUND + 2 for r in rows), rows  # compared at the real load
     # On 2 cores this server is frontend-bound: 16 streams of a tiny model saturate the CPU the API server shares
-    # with the clients, and both servers' speed moves by tens of percent from one minute to the next (the
-    # truth moved 1.38 -> 2.30 between two runs here). What holds every run is the verdict's direction: the
-    # daemon says speculation wins (or loses) at this load exactly when the same-load truth does.
-    assert all((r["speedup"] > 1) == (r["truth"] > 1) for r in rows), rows
+    # with the clients, and both servers' speed moves by tens of percent from one minute to the next: the truth
+    # itself moved 1.38 -> 2.30 between two runs here, and 1.05 -> 1.24 in another, so even the verdict's
+    # direction is noise when speculation is worth 5% at this load. The plain curve and the plain truth,
+    # measured a minute and a half apart, differed by 30% in one CI run (the daemon read 0.92 against a truth
+    # of 1.32, then 1.20 against 1.22 in the next run); they are now measured back to back. What holds is that
+    # at least one run of two matches within 15%: a daemon that compared at the wrong load (one stream's plain
+    # rate is three times this one's) or against the wrong end of the curve cannot.
     within = sum(abs(r["speedup"] / r["truth"] - 1) <= 0.10 for r in rows)
     COMPARISONS.append(f"  within 10% of the truth in {within} of {len(rows)} runs")
+    assert any(abs(r["speedup"] / r["truth"] - 1) <= 0.15 for r in rows), rows
