@@ -40,7 +40,7 @@ def al_tolerance(rounds: int, steps: int = 5) -> float:
 
 
 @pytest.mark.parametrize(("api", "concurrency", "requests", "max_tokens"),
-                         [("sglang", 1, 4, 300), ("completions", 1, 3, 300), ("sglang", 16, 32, 200),
+                         [("sglang", 1, 8, 200), ("completions", 1, 6, 200), ("sglang", 16, 32, 200),
                           ("chat", 16, 32, 200)])
 def test_accuracy_against_the_simulators_truth(procs, tmp_path, api, concurrency, requests, max_tokens):
     sim = procs.sim(*SPEC5, "--seed", "11")
@@ -70,6 +70,7 @@ def test_accuracy_against_the_simulators_truth(procs, tmp_path, api, concurrency
         ttft_model = [model.prefill_ms(model.PROFILES["seed"], t["prompt_tokens"]) / 1000 for t in truth]
         # per request (one stream: runs and the simulator's record are in the same order)
         ttft_client = [r["ttft_s"] for r in doc["runs"]]
+        # (the median of six or eight: a CI run's 2 cores, busy for a few seconds, added 9 ms to three requests of four)
         rel_err = sorted(abs(c - t) / t for c, t in zip(ttft_client, ttft_true, strict=True))
         assert rel_err[len(rel_err) // 2] < 0.03, (ttft_client, ttft_true)
         # the simulator's own TTFT follows its model: never early (it sleeps to an absolute deadline; a timer
