@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, http_get
+from conftest import free_port, http_get, specwatch_cmd
+from specwatch import codec
+from specwatch.records import RequestRecord
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -198,6 +200,16 @@ def heldout_prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("prompts") / "heldout.jsonl"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return path
+
+
+def bench(url: str, tmp: Path, *flags: str) -> tuple[dict, list[RequestRecord]]:
+    """``specwatch bench`` greedy against ``url``: its JSON document and its records."""
+    out, recs = tmp / "bench.json", tmp / "bench.jsonl"
+    p = subprocess.run(specwatch_cmd("bench", "--server-url", url, "--temperature", "0", "--json", str(out),
+                                     "--records", str(recs), *flags), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    records = [r for r in codec.read(str(recs)) if isinstance(r, RequestRecord)]
+    return json.loads(out.read_text()), records
 
 
 def summary_lines() -> list[str]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from realserver import COMPARISONS
-from test_vllm_speculative import bench
+from realserver import COMPARISONS, bench
 from vllm_truth import engine_lines, metrics, spec_lines
 
 from conftest import specwatch_cmd, wait_until

@@ -6,27 +6,15 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
-from realserver import COMPARISONS
+from realserver import COMPARISONS, bench
 from vllm_truth import engine_lines, metrics, spec_lines
 
 from conftest import free_port, http_get, http_json, specwatch_cmd, wait_until
-from specwatch import codec
 from specwatch.recorder.stats import positions_of
-from specwatch.records import RequestRecord
 
 pytestmark = pytest.mark.integration
-
-
-def bench(url: str, tmp: Path, *flags: str) -> tuple[dict, list[RequestRecord]]:
-    out, recs = tmp / "bench.json", tmp / "bench.jsonl"
-    p = subprocess.run(specwatch_cmd("bench", "--server-url", url, "--temperature", "0", "--json", str(out),
-                                     "--records", str(recs), *flags), capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    records = [r for r in codec.read(str(recs)) if isinstance(r, RequestRecord)]
-    return json.loads(out.read_text()), records
 
 
 def test_bench_counts_what_the_server_generated_and_chunks_carry_verify_rounds(speculative_server, heldout_prompts,
