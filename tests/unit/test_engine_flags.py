@@ -4,6 +4,7 @@ schedule merged in), SGLang's adaptive-config file where the release and algorit
 
 from __future__ import annotations
 
+import bisect
 import json
 import shlex
 
@@ -88,15 +89,49 @@ def test_vllm_when_no_schedule_is_needed_or_possible(ranges, version, flags, say
     assert a.flags == flags and says in a.headline
 
 
-def test_sglang_eagle3_topk1_gets_an_adaptive_config_file_on_cuda_graph_sizes():
+def sglang_route(batch: int, keys, cuda_graph_bs) -> int:
+    """SGLang 0.5.23's own router, ported line by line from ``speculative/adaptive_spec_params.py:342-358``
+    (``_route``: pad to a CUDA-graph batch size, then the closest slot key at or below), written here apart
+    from the code under test so the two are compared."""
+    bs_list = sorted(keys)
+    graphs = sorted(cuda_graph_bs) if cuda_graph_bs else None  # set_cuda_graph_bs, :310-311
+    if graphs is None:
+        target = batch
+    else:
+        idx = bisect.bisect_left(graphs, batch)
+        target = graphs[idx] if idx < len(graphs) else batch
+    return bs_list[max(0, bisect.bisect_right(bs_list, target) - 1)]
+
+
+def default_decode_graphs_0_5_13(max_bs: int) -> list[int]:
+    """0.5.13's default decode CUDA-graph sizes under speculation (``server_args.py:1671-1686``; 0.5.23 keeps
+    the same list in ``arg_groups/cuda_graph_hook.py:518-532``, but no longer hands it to the router)."""
+    bs = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
+    bs = [b for b in bs if b <= max_bs]
+    return bs + ([max_bs] if max_bs not in bs else [])
+
+
+def steps_by_batch(advice: ef.EngineAdvice, pad_to, upto: int) -> list[int]:
+    slots = {int(k): v["candidate_steps"][0] for k, v in json.loads(advice.files[0][1]).items()}
+    return [slots[sglang_route(b, slots, pad_to)] for b in range(1, upto + 1)]
+
+
+def want_by_batch(ranges, upto: int) -> list[int]:
+    return [next((k for lo, hi, k in ranges if lo <= b <= hi), ranges[-1][2]) for b in range(1, upto + 1)]
+
+
+def test_sglang_eagle3_topk1_gets_an_adaptive_config_file_keyed_by_where_each_range_starts():
     a = ef.sglang_advice(RANGES, ServerSetup("sglang", "0.5.23", algorithm="EAGLE3", topk=1, max_running=48),
                          "sweep-out")
     (name, content), = a.files
     assert name == "sglang-adaptive.json"
-    # 9 → key 16 (takes batches 9-16), 23 → key 32 (takes 25 and up: nearer 23 than key 24's 17)
-    assert json.loads(content) == {"1": {"candidate_steps": [5]}, "16": {"candidate_steps": [2]},
-                                   "32": {"candidate_steps": [0]}}
-    assert "0 steps from 25 running requests" in a.notes[0]
+    # from 0.5.14 the router pads nothing unless --cuda-graph-bs-decode is given: a key is the range's start
+    assert json.loads(content) == {"1": {"candidate_steps": [5]}, "9": {"candidate_steps": [2]},
+                                   "23": {"candidate_steps": [0]}}
+    assert ("so: 5 steps from 1 running request, 2 steps from 9 running requests, 0 steps from 23 running requests"
+            in a.notes[0])
+    assert "only when --cuda-graph-bs-decode is given" in a.notes[0]
+    assert steps_by_batch(a, (), 48) == want_by_batch(RANGES, 48)  # SGLang's router runs the schedule exactly
     assert shlex.split(a.flags) == [
         "--speculative-algorithm", "EAGLE3", "--speculative-eagle-topk", "1", "--speculative-num-steps", "5",
         "--speculative-adaptive", "--speculative-adaptive-config", "sweep-out/sglang-adaptive.json",
@@ -104,14 +139,52 @@ def test_sglang_eagle3_topk1_gets_an_adaptive_config_file_on_cuda_graph_sizes():
     assert "0.5.14" in a.headline
 
 
+# (ranges, the router's graph sizes, slots printed, what SGLang's router then runs at batch sizes 1..upto)
+ROUTED = [
+    # the crossover from issue 32: 3 steps below 9 running requests, none from 9
+    ([(1, 8, 3), (9, 64, 0)], (), {"1": [3], "9": [0]}, [3] * 8 + [0] * 40),
+    # a 5/1/0 schedule switches exactly where it was measured
+    ([(1, 8, 5), (9, 22, 1), (23, 64, 0)], (), {"1": [5], "9": [1], "23": [0]}, [5] * 8 + [1] * 14 + [0] * 26),
+    # an explicit --cuda-graph-bs-decode 1 2 4 8 16 24 32 48: 9 pads to 16, so key 16 takes 9-16 (nearest 9)
+    ([(1, 8, 3), (9, 64, 0)], (1, 2, 4, 8, 16, 24, 32, 48), {"1": [3], "16": [0]}, [3] * 8 + [0] * 40),
+    # 23 pads to 24: key 24 would take 17 and up, key 32 takes 25 and up, nearer 23
+    ([(1, 22, 3), (23, 64, 0)], (1, 2, 4, 8, 16, 24, 32, 48), {"1": [3], "32": [0]}, [3] * 24 + [0] * 24),
+    # 0.5.13's default list pads 9 to 10 and 15 to 16: a key 10 takes 9 and up, as measured
+    ([(1, 8, 5), (9, 64, 1)], tuple(default_decode_graphs_0_5_13(256)), {"1": [5], "10": [1]}, [5] * 8 + [1] * 40),
+    # past the largest graph size nothing is padded and the start itself is the key
+    ([(1, 50, 3), (51, 200, 0)], (1, 2, 4, 12, 40), {"1": [3], "51": [0]}, [3] * 50 + [0]),
+]
+
+
+@pytest.mark.parametrize(("ranges", "pad_to", "slots", "runs"), ROUTED)
+def test_sglangs_own_router_runs_the_printed_slots_where_the_sweep_measured_them(ranges, pad_to, slots, runs):
+    version = "0.5.13" if 0 not in {k for _, _, k in ranges} else "0.5.23"
+    a = ef.sglang_advice(ranges, ServerSetup("sglang", version, algorithm="EAGLE3", topk=1, max_running=48,
+                                             pad_to=pad_to), "")
+    assert {k: v["candidate_steps"] for k, v in json.loads(a.files[0][1]).items()} == slots
+    upto = int(shlex.split(a.flags)[-1])
+    assert steps_by_batch(a, pad_to, upto) == runs[:upto] and upto == len(runs)
+
+
+@pytest.mark.parametrize("pad_to", [(), (1, 2, 4, 8, 16, 24, 32, 48), (1, 3, 7, 9, 30), (2, 5)])
+@pytest.mark.parametrize("batch", range(1, 70))
+def test_the_advice_routes_a_batch_as_sglangs_router_does(pad_to, batch):
+    keys = (1, 5, 9, 16, 31, 40)
+    assert ef.slot_for(batch, keys, pad_to) == sglang_route(batch, keys, pad_to)
+
+
 def test_sglang_slots_follow_the_servers_own_graph_sizes_and_raise_the_batch_cap():
-    setup = ServerSetup("sglang", "0.5.23", algorithm="EAGLE", topk=1, max_running=32, cuda_graph_bs=(1, 2, 4, 12, 40))
+    setup = ServerSetup("sglang", "0.5.23", algorithm="EAGLE", topk=1, max_running=32, pad_to=(1, 2, 4, 12, 40))
     a = ef.sglang_advice([(1, 6, 3), (7, 200, 0)], setup, "")
     assert json.loads(a.files[0][1]) == {"1": {"candidate_steps": [3]}, "12": {"candidate_steps": [0]}}  # from 5
     assert shlex.split(a.flags)[-2:] == ["--max-running-requests", "32"]
+    assert "the server's CUDA-graph batch sizes (its --cuda-graph-bs-decode list)" in a.notes[0]
+    assert "0 steps from 5 running requests" in a.notes[0]
     a = ef.sglang_advice([(1, 50, 3), (51, 200, 0)], setup, "")
     assert json.loads(a.files[0][1])["51"] == {"candidate_steps": [0]}  # past the largest graph: not padded
     assert shlex.split(a.flags)[-1] == "51"  # a slot above the batch cap is never reached
+    a = ef.sglang_advice([(1, 60, 3), (61, 200, 0)], ServerSetup("sglang", "0.5.23", algorithm="EAGLE", topk=1), "")
+    assert shlex.split(a.flags)[-1] == "61"  # unpadded: the cap is raised to the key itself
 
 
 @pytest.mark.parametrize(("setup", "says"), [
@@ -128,17 +201,38 @@ def test_sglang_says_plainly_when_no_engine_knob_exists(setup, says):
 
 def test_sglang_0_5_13_has_slots_without_zero():
     a = ef.sglang_advice([(1, 8, 5), (9, 64, 1)], ServerSetup("sglang", "0.5.13", algorithm="EAGLE3", topk=1), "")
-    assert json.loads(a.files[0][1]) == {"1": {"candidate_steps": [5]}, "16": {"candidate_steps": [1]}}
+    assert json.loads(a.files[0][1]) == {"1": {"candidate_steps": [5]}, "9": {"candidate_steps": [1]}}
 
 
 @pytest.mark.parametrize(("lo", "graphs", "want"), [
-    (2, (), (2, 2)), (9, (), (16, 9)), (12, (), (16, 9)), (14, (), (24, 17)),
-    (13, (), (24, 17)),  # a tie: the later key keeps speculating longer
-    (23, (), (32, 25)),
+    (2, (), (2, 2)), (9, (), (9, 9)), (23, (), (23, 23)),  # nothing padded: the start is the key
+    (9, (1, 2, 4, 8, 16, 24, 32), (16, 9)), (12, (1, 2, 4, 8, 16, 24, 32), (16, 9)),
+    (14, (1, 2, 4, 8, 16, 24, 32), (24, 17)),
+    (13, (1, 2, 4, 8, 16, 24, 32), (24, 17)),  # a tie: the later key keeps speculating longer
+    (23, (1, 2, 4, 8, 16, 24, 32), (32, 25)),
     (50, (1, 2, 4, 8, 16, 32), (50, 50)), (20, (1, 2, 4, 8, 16, 32), (32, 17)),
 ])
 def test_a_slot_key_takes_the_batches_above_the_graph_size_before_it(lo, graphs, want):
     assert ef.slot_key(lo, graphs) == want
+
+
+GRAPH_CONFIG_0_5_23 = {"decode": {"backend": "full", "max_bs": 256, "bs": default_decode_graphs_0_5_13(256)},
+                       "prefill": {"backend": "breakable", "bs": None}}
+
+
+@pytest.mark.parametrize(("info", "want"), [
+    # 0.5.23 without --cuda-graph-bs-decode: the captured sizes are in cuda_graph_config, the router gets none
+    ({"cuda_graph_bs_decode": None, "cuda_graph_bs_prefill": None, "cuda_graph_config": GRAPH_CONFIG_0_5_23}, ()),
+    ({"cuda_graph_bs_decode": [16, 1, 8, 8, "x", 0], "cuda_graph_config": GRAPH_CONFIG_0_5_23}, (1, 8, 16)),
+    ({"cuda_graph_bs_decode": [1, 8], "cuda_graph_config": {"decode": {"backend": "disabled"}}}, ()),
+    ({"cuda_graph_bs_decode": [1, 8], "disable_cuda_graph": True}, ()),
+    ({"cuda_graph_bs_decode": [1, 8]}, (1, 8)),  # 0.5.14-0.5.17: no cuda_graph_config yet
+    # 0.5.13: the resolved list, default or given
+    ({"cuda_graph_bs": [1, 2, 3, 4]}, (1, 2, 3, 4)), ({"cuda_graph_bs": [1, 2], "disable_cuda_graph": True}, ()),
+    ({}, ()), ({"cuda_graph_bs_decode": "1 2"}, ()),
+])
+def test_the_routers_graph_sizes_come_from_the_servers_info(info, want):
+    assert ef.router_graphs(info) == want
 
 
 def config(label, steps, info, command=None, spec_cfg=None):
@@ -160,10 +254,9 @@ def test_the_setup_comes_from_the_deepest_speculative_configuration():
     sg = ConfigResult("steps=3", {}, 0.0, "ok", steps=3, results=object(),  # type: ignore[arg-type]
                       server_info={"version": "0.5.23", "speculative_algorithm": "EAGLE3",
                                    "speculative_eagle_topk": 1, "max_running_requests": 48,
-                                   "cuda_graph_bs": [1, 2, 4, 8, "x"]})
+                                   "cuda_graph_bs_decode": [1, 2, 4, 8, "x"], "cuda_graph_bs_prefill": None})
     s = ef.setup_of([sg])
-    assert (s.engine, s.algorithm, s.topk, s.max_running, s.cuda_graph_bs) == ("sglang", "EAGLE3", 1, 48,
-                                                                                (1, 2, 4, 8))
+    assert (s.engine, s.algorithm, s.topk, s.max_running, s.pad_to) == ("sglang", "EAGLE3", 1, 48, (1, 2, 4, 8))
     assert ef.setup_of([ok[0]]).engine == "unknown"
 
 

@@ -13,7 +13,8 @@ from specwatch.analysis import engine_flags as ef
 from specwatch.analysis.engine_flags import ServerSetup
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = re.compile(r"--speculative-[a-z-]+|--max-running-requests|--max-queued-requests|--max-num-seqs|--cuda-graph-bs"
+NAME = re.compile(r"--speculative-[a-z-]+|--max-running-requests|--max-queued-requests|--max-num-seqs"
+                  r"|--cuda-graph-bs(?:-decode|-prefill)?(?![\w-])"
                   r"|--per-request-spec-decode-metrics|--enable-per-request-metrics|--disable-log-stats"
                   r"|--decode-log-interval|--enable-metrics|num_speculative_tokens[a-z_]*|VLLM_[A-Z0-9_]+"
                   r"|sglang:[a-z_]+(?![\w.])|vllm:[a-z_]+(?![\w.])|speculative_disable_by_batch_size|enable_adaptive_verification"
@@ -43,7 +44,11 @@ KNOWN = {
     "candidate_steps": ("SGLang", ">= 0.5.13", "the adaptive config's per-slot key"),
     "--max-running-requests": ("SGLang", "all", "server_args; caps the batch, queues the rest locally"),
     "--max-queued-requests": ("SGLang", "0.5.x", "server_args; refuse past a queue length"),
-    "--cuda-graph-bs": ("SGLang", "all", "server_args; the captured decode batch sizes"),
+    "--cuda-graph-bs-decode": ("SGLang", ">= 0.5.14", "arg_groups/fields/exec_.py:640 (0.5.23); the decode "
+                               "CUDA-graph batch sizes, and the only list the adaptive router pads to"),
+    # <= 0.5.13 the flag; 0.5.14-0.5.19 a deprecated alias of --cuda-graph-bs-decode (0.5.19 server_args.py:3937);
+    # from 0.5.20 argparse stops: "ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, ..."
+    "--cuda-graph-bs": ("SGLang", "<= 0.5.19", "named only as refused from 0.5.20"),
     "--decode-log-interval": ("SGLang", "all", "server_args"),
     "--enable-metrics": ("SGLang", "all", "server_args; /metrics"),
     "sglang:spec_num_steps": ("SGLang", ">= 0.5.13", "metrics_collector.py; the running step count"),

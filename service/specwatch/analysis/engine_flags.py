@@ -11,10 +11,11 @@ from the released wheels (facts with file and line in the project's engine refer
   ``num_speculative_tokens`` = the largest K (vLLM clamps every K to it and sizes its buffers by it).
 - **SGLang ≥ 0.5.14, EAGLE/EAGLE3 with topk 1**: ``--speculative-adaptive --speculative-adaptive-config FILE``
   with one slot per range, ``{"1": {"candidate_steps": [S]}, "N": {"candidate_steps": [0]}}`` (0 = no
-  drafting, from 0.5.14). A slot key is compared with the batch size padded up to a CUDA-graph batch size,
-  so N is rounded up to one; N is reachable only when ``--max-running-requests`` ≥ N; ``--speculative-num-
-  steps`` must be one of the candidates or SGLang refuses to start. Without the file SGLang's built-in
-  acceptance-driven slots apply (8/32/64), not the measured crossover.
+  drafting, from 0.5.14). A batch of B running requests uses the slot with the largest key at or below B
+  padded up to the router's CUDA-graph batch sizes (``router_graphs``: from 0.5.14 only an explicitly given
+  ``--cuda-graph-bs-decode`` list, so by default B itself); N is reachable only when ``--max-running-requests``
+  lets B get there; ``--speculative-num-steps`` must be one of the candidates or SGLang refuses to start.
+  Without the file SGLang's built-in acceptance-driven slots apply (8/32/64), not the measured crossover.
 - **Anything else** (SGLang NGRAM or topk > 1, older releases, other servers): no engine knob; two pools (one
   with speculation, one without) behind a load-aware router. ``--max-running-requests`` only caps the batch
   and queues the rest locally; ``--max-queued-requests`` makes SGLang refuse past a queue length so a router
@@ -23,6 +24,7 @@ from the released wheels (facts with file and line in the project's engine refer
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import shlex
@@ -65,7 +67,7 @@ class ServerSetup:
     algorithm: str | None = None  # SGLang: --speculative-algorithm
     topk: int | None = None
     max_running: int | None = None  # SGLang --max-running-requests
-    cuda_graph_bs: tuple[int, ...] = ()  # SGLang --cuda-graph-bs when set
+    pad_to: tuple[int, ...] = ()  # SGLang: the batch sizes its adaptive router pads to (``router_graphs``); ()=none
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +159,33 @@ def setup_from_info(info: Mapping[str, Any], engine: str | None = None,
         return ServerSetup("vllm", str(info["version"]) if info.get("version") else None,
                            dict(speculative_config) if speculative_config else None)
     if info.get("speculative_algorithm"):
-        graphs = info.get("cuda_graph_bs")
-        bs = tuple(sorted({b for b in graphs if isinstance(b, int) and b > 0})) if isinstance(graphs, list) else ()
         return ServerSetup("sglang", str(info.get("version") or "") or None,
                            algorithm=str(info["speculative_algorithm"]), topk=_int(info.get("speculative_eagle_topk")),
-                           max_running=_int(info.get("max_running_requests")), cuda_graph_bs=bs)
+                           max_running=_int(info.get("max_running_requests")), pad_to=router_graphs(info))
     return ServerSetup("unknown")
+
+
+def router_graphs(info: Mapping[str, Any]) -> tuple[int, ...]:
+    """The batch sizes SGLang's adaptive router pads a batch up to, from the server's info; () when it pads
+    nothing (a slot key then meets the running requests as they are). The router is handed the *given*
+    ``--cuda-graph-bs-decode`` list, or nothing when decode graphs are off (0.5.23
+    ``speculative/eagle_worker_v2.py:1408-1413``; 0.5.14 ``:1050-1055``): resolution writes the sizes it
+    captures by default to ``cuda_graph_config.decode.bs`` (``arg_groups/memory_hook.py:202-205``) and never
+    back, so without the flag there is no padding. 0.5.13 handed it ``cuda_graph_bs``, which resolution
+    filled with the default sizes (``server_args.py:1535-1536``; the router ``eagle_worker_v2.py:892-897``).
+    ``/server_info`` has carried ``cuda_graph_bs_decode`` and ``cuda_graph_bs_prefill`` instead of
+    ``cuda_graph_bs`` since 0.5.14."""
+    if "cuda_graph_bs_decode" in info:
+        graph_cfg = info.get("cuda_graph_config")
+        decode = graph_cfg.get("decode") if isinstance(graph_cfg, dict) else None
+        off = info.get("disable_cuda_graph") is True or (isinstance(decode, dict)
+                                                         and decode.get("backend") == "disabled")
+        graphs = None if off else info["cuda_graph_bs_decode"]
+    else:
+        graphs = None if info.get("disable_cuda_graph") is True else info.get("cuda_graph_bs")
+    if not isinstance(graphs, list):
+        return ()
+    return tuple(sorted({b for b in graphs if isinstance(b, int) and not isinstance(b, bool) and b > 0}))
 
 
 def static_advice(k: int, setup: ServerSetup) -> list[EngineAdvice]:
@@ -227,35 +250,44 @@ def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
                         flags="--speculative-config " + shlex.quote(json.dumps(merged)), notes=gate + VLLM_CAVEATS)
 
 
-def graph_sizes(graphs: Sequence[int], upto: int) -> list[int]:
-    """The server's CUDA-graph batch sizes, or (not known) 1, 2, 4 and the multiples of 8 that every default
-    ``--cuda-graph-bs`` list holds, up to ``upto``."""
-    if graphs:
-        return sorted(set(graphs))
-    return [1, 2, 4, *range(8, max(8, upto) + 8, 8)]
+def padded(batch: int, graphs: Sequence[int]) -> int:
+    """SGLang's ``_pad_to_cuda_graph_bs`` (0.5.23 ``speculative/adaptive_spec_params.py:348-354``): the smallest
+    of the (sorted) router graph sizes at or above ``batch``; past the largest, or with none, ``batch``."""
+    i = bisect.bisect_left(graphs, batch)
+    return graphs[i] if i < len(graphs) else batch
 
 
-def slot_key(lo: int, graphs: Sequence[int]) -> tuple[int, int]:
-    """(slot key, first batch size it takes) for a range starting at batch size ``lo``. SGLang pads a batch up
-    to the next CUDA-graph size and takes the slot with the largest key at or below that, so a key ``g`` takes
-    every batch above the graph size before it: the key whose first batch is nearest ``lo`` (past the largest
-    graph nothing is padded, and ``lo`` itself is a key)."""
-    sizes = graph_sizes(graphs, 2 * lo)
-    options = [(g, prev + 1) for prev, g in zip([0, *sizes], sizes, strict=False)]
-    if lo > sizes[-1]:
-        options.append((lo, lo))
-    return min(options, key=lambda o: (abs(o[1] - lo), -o[0]))
+def slot_for(batch: int, keys: Sequence[int], graphs: Sequence[int]) -> int:
+    """The slot key a batch of ``batch`` running requests uses: SGLang's ``_route`` and ``_find_closest_bs``
+    (``adaptive_spec_params.py:342-346,356-358``): the largest key at or below the padded batch size, or the
+    smallest key when none is."""
+    ordered = sorted(keys)
+    return ordered[max(0, bisect.bisect_right(ordered, padded(batch, graphs)) - 1)]
 
 
 def first_batch(key: int, graphs: Sequence[int]) -> int:
-    """The smallest batch size slot ``key`` takes (the graph size before it, plus one)."""
-    sizes = graph_sizes(graphs, 2 * key)
-    return max([0, *(g for g in sizes if g < key)]) + 1 if key in sizes else key
+    """The smallest batch size that pads up to ``key`` or beyond (where slot ``key`` starts, when no larger key
+    takes it): the largest router graph size below ``key``, plus one; ``key`` itself when it is past the
+    largest graph size or nothing is padded."""
+    if not graphs or key > max(graphs):
+        return key
+    return max([0, *(g for g in graphs if g < key)]) + 1
+
+
+def slot_key(lo: int, graphs: Sequence[int]) -> tuple[int, int]:
+    """(slot key, first batch size it takes) for a range starting at batch size ``lo``. Without padding the key
+    is ``lo``. With router graph sizes a key ``g`` takes every batch above the graph size before it: the key
+    whose first batch is nearest ``lo``, the later one on a tie (past the largest graph nothing is padded, and
+    ``lo`` itself is a key)."""
+    if not graphs or lo > max(graphs):
+        return lo, lo
+    options = [(g, first_batch(g, graphs)) for g in sorted(graphs)]
+    return min(options, key=lambda o: (abs(o[1] - lo), -o[0]))
 
 
 def adaptive_slots(ranges: Sequence[Range], graphs: Sequence[int]) -> dict[str, dict[str, list[int]]]:
-    """``--speculative-adaptive-config``'s JSON: one slot per range, keyed by a CUDA-graph batch size
-    (``slot_key``), one candidate each (the measured k; 0 = no drafting)."""
+    """``--speculative-adaptive-config``'s JSON: one slot per range, keyed by where the range starts (``slot_key``:
+    a router graph size when the server pads), one candidate each (the measured k; 0 = no drafting)."""
     slots: dict[int, int] = {}
     for lo, _hi, k in ranges:
         key = 1 if lo <= 1 else slot_key(lo, graphs)[0]
@@ -286,19 +318,23 @@ def sglang_advice(ranges: Sequence[Range], setup: ServerSetup, out_dir: str) -> 
         why = f"a per-load schedule needs SGLang {need}{have}: upgrade, or"
     if why is not None:
         return EngineAdvice("sglang", f"SGLang: no engine knob for this schedule: {why}", notes=(TWO_POOLS,))
-    slots = adaptive_slots(ranges, setup.cuda_graph_bs)
-    top = max(int(key) for key in slots)
-    running = max(setup.max_running or SGLANG_DEFAULT_MAX_RUNNING, top)
+    slots = adaptive_slots(ranges, setup.pad_to)
+    keys = [int(key) for key in slots]
+    running = max(setup.max_running or SGLANG_DEFAULT_MAX_RUNNING, first_batch(max(keys), setup.pad_to))
     steps = next(k for k in ks if k > 0)
     path = f"{out_dir.rstrip('/')}/{ADAPTIVE_FILE}" if out_dir else ADAPTIVE_FILE
     flags = (f"--speculative-algorithm {(setup.algorithm or 'EAGLE3').upper()} --speculative-eagle-topk 1 "
              f"--speculative-num-steps {steps} --speculative-adaptive --speculative-adaptive-config "
              f"{shlex.quote(path)} --max-running-requests {running}")
-    firsts = ", ".join(f"{k} steps from {first_batch(int(key), setup.cuda_graph_bs)} running requests"
-                       for key, slot in slots.items() for k in slot["candidate_steps"])
-    notes = [f"slot keys are CUDA-graph batch sizes ({'the server' if setup.cuda_graph_bs else 'a default'} "
-             "--cuda-graph-bs list): SGLang pads a batch up to one, then uses the slot with the largest key at or "
-             f"below it, so: {firsts}",
+    starts = {key: next((f"from {b} running request{'s' if b > 1 else ''}" for b in range(1, running + 1)
+                         if slot_for(b, keys, setup.pad_to) == key), "never") for key in keys}
+    firsts = ", ".join(f"{k} steps {starts[int(key)]}" for key, slot in slots.items() for k in slot["candidate_steps"])
+    routing = ("slot keys are the server's CUDA-graph batch sizes (its --cuda-graph-bs-decode list): SGLang pads a "
+               "batch up to one, then uses the slot with the largest key at or below it" if setup.pad_to else
+               "SGLang ≥ 0.5.14 meets a slot key with the running requests as they are (it pads them up to CUDA-graph "
+               "batch sizes only when --cuda-graph-bs-decode is given: sweep a server launched with it and the keys "
+               "follow its list)")
+    notes = [f"{routing}, so: {firsts}",
              f"--max-running-requests {running}: a slot above it is never reached",
              "without the file SGLang's built-in acceptance-driven slots apply, not this measured crossover"]
     return EngineAdvice("sglang", f"SGLang ≥ {'0.5.14' if 0 in ks else '0.5.13'}{have}, EAGLE/EAGLE3 with topk 1: "
@@ -326,4 +362,4 @@ NAMES: tuple[tuple[Engine, str], ...] = (
     ("sglang", "--speculative-num-steps"), ("sglang", "--speculative-num-draft-tokens"),
     ("sglang", "--speculative-adaptive"),
     ("sglang", "--speculative-adaptive-config"), ("sglang", "candidate_steps"),
-    ("sglang", "--max-running-requests"), ("sglang", "--max-queued-requests"), ("sglang", "--cuda-graph-bs"))
+    ("sglang", "--max-running-requests"), ("sglang", "--max-queued-requests"), ("sglang", "--cuda-graph-bs-decode"))
