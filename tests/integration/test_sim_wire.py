@@ -143,6 +143,10 @@ def test_info_endpoints(spec_sim):
                 info["speculative_num_draft_tokens"]) == (5, 1, 6)
         assert info["decode_log_interval"] == 5 and info["stream_interval"] == 1 and info["version"]
         assert "last_gen_throughput" in info["internal_states"][0]
+        # 0.5.23's graph keys: the flags as given (none) and the captured sizes; no cuda_graph_bs since 0.5.14
+        assert (info["cuda_graph_bs_decode"], info["cuda_graph_bs_prefill"]) == (None, None)
+        assert "cuda_graph_bs" not in info and info["cuda_graph_config"]["decode"]["bs"][:9] == [1, 2, 3, 4, 5, 6, 7,
+                                                                                              8, 10]
     models = http_json(spec_sim.url + "/v1/models")
     assert models["object"] == "list" and models["data"][0]["owned_by"] == "sglang"
     assert http_json(spec_sim.url + "/get_model_info")["is_generation"] is True

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specwatch.sim import steps
+from specwatch.sim import graphs, steps
 
 
 @pytest.mark.parametrize(("raw", "max_k", "want"), [
@@ -43,19 +43,58 @@ def test_every_batch_size_gets_its_ranges_k_clamped(cuts, max_k):
     assert all(dense[b] == min(raw[-1][2], max_k) for b in range(raw[-1][1] + 1, 65))
 
 
-def test_adaptive_slots_route_by_padded_batch_size():
-    a = steps.AdaptiveSteps.build({1: (3,), 16: (0,)}, 3, steps.default_graph_sizes(48))
-    assert [a.steps_for(b) for b in (1, 4, 8, 9, 15, 16, 40)] == [3, 3, 3, 0, 0, 0, 0]  # 9 pads to 16
+def test_adaptive_slots_route_by_the_running_requests_unless_decode_graph_sizes_are_given():
+    # 0.5.23 hands its router only a given --cuda-graph-bs-decode list: by default nothing is padded
+    a = steps.AdaptiveSteps.build({1: (3,), 16: (0,)}, 3, graphs.router_sizes(graphs.GraphFlags()))
+    assert [a.steps_for(b) for b in (1, 4, 8, 9, 14, 15, 16, 40)] == [3, 3, 3, 3, 3, 3, 0, 0]
+    given = graphs.GraphFlags(bs_decode=(16, 1, 2, 4, 8, 24))
+    a = steps.AdaptiveSteps.build({1: (3,), 16: (0,)}, 3, graphs.router_sizes(given))
+    assert [a.steps_for(b) for b in (1, 8, 9, 16, 17, 24, 25, 40)] == [3, 3, 0, 0, 0, 0, 0, 0]  # 9 pads to 16
+    off = graphs.GraphFlags(bs_decode=(1, 2, 4, 8, 16), decode_off=True)
+    assert graphs.router_sizes(off) == []  # decode graphs off: no padding (eagle_worker_v2.py:1408-1413)
+    below = steps.AdaptiveSteps.build({4: (3,), 16: (0,)}, 3, [])
+    assert [below.steps_for(b) for b in (1, 3, 4, 15, 16)] == [3, 3, 3, 3, 0]  # below the smallest key: its slot
 
 
 def test_the_launch_step_must_be_a_candidate():
-    with pytest.raises(steps.StepsConfigError, match=r"speculative_num_steps=2 must be one of .*\[0, 1, 3, 5, 7\]"):
-        steps.AdaptiveSteps.build(steps.SGLANG_DEFAULT_SLOTS, 2, steps.default_graph_sizes(48))
+    with pytest.raises(steps.StepsConfigError, match=r"^--speculative-num-steps=2 is not in the adaptive config "
+                                                     r"candidate_steps \[0, 1, 3, 5, 7\]\. Pass one of those values"):
+        steps.AdaptiveSteps.build(steps.SGLANG_DEFAULT_SLOTS, 2, [])
 
 
 def test_the_default_64_slot_is_out_of_reach_under_48_running_requests():
-    a = steps.AdaptiveSteps.build(steps.SGLANG_DEFAULT_SLOTS, 3, steps.default_graph_sizes(48))
-    assert a._slot(48) is a.slots[32]
+    a = steps.AdaptiveSteps.build(steps.SGLANG_DEFAULT_SLOTS, 3, [])
+    assert a._slot(48) is a.slots[32] and a._slot(64) is a.slots[64]
+
+
+SPEC_UP_TO_48 = [*range(1, 9), *range(10, 33, 2), 40, 44, 48]  # cuda_graph_hook.py:518-532
+
+
+@pytest.mark.parametrize(("max_bs", "speculative", "want"), [
+    (48, True, SPEC_UP_TO_48),
+    (256, True, [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8)]),
+    (50, True, [*SPEC_UP_TO_48, 50]),  # max_bs itself is always captured
+    (300, True, [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), 272, 288, 300]),
+    (8, False, [1, 2, 4, 8]), (20, False, [1, 2, 4, 8, 12, 16, 20]),
+])
+def test_the_captured_decode_sizes_are_sglangs(max_bs, speculative, want):
+    assert graphs.decode_sizes(max_bs, speculative) == want
+
+
+def test_server_info_answers_with_0_5_23s_graph_keys():
+    got = graphs.server_info(graphs.GraphFlags(max_running=48), True)
+    assert got["cuda_graph_bs_decode"] is None and got["cuda_graph_bs_prefill"] is None and "cuda_graph_bs" not in got
+    decode = got["cuda_graph_config"]["decode"]
+    assert (decode["backend"], decode["max_bs"], decode["bs"]) == ("full", 48, SPEC_UP_TO_48)
+    # the speculative default of 48 running requests comes after the graph sizes: only a given one caps them
+    assert graphs.server_info(graphs.GraphFlags(), True)["cuda_graph_config"]["decode"]["max_bs"] == 256
+    given = graphs.server_info(graphs.GraphFlags(bs_decode=(1, 8, 4), decode_off=True), True)
+    assert given["cuda_graph_bs_decode"] == [1, 8, 4]
+    assert {k: given["cuda_graph_config"]["decode"][k] for k in ("backend", "max_bs", "bs")} == {
+        "backend": "disabled", "max_bs": 8, "bs": [1, 8, 4]}
+    prefill = got["cuda_graph_config"]["prefill"]
+    assert (prefill["backend"], prefill["max_bs"], prefill["bs"][:3], prefill["bs"][-1]) == ("breakable", 8192,
+                                                                                            [4, 8, 12], 8192)
 
 
 def test_the_controller_drops_on_poor_acceptance_and_probes_back_from_zero():
@@ -73,11 +112,15 @@ def test_the_controller_drops_on_poor_acceptance_and_probes_back_from_zero():
 
 def test_the_adaptive_config_file(tmp_path):
     f = tmp_path / "a.json"
-    f.write_text(json.dumps({"1": {"candidate_steps": [3]}, "24": {"candidate_steps": [0]}}))
-    assert steps.adaptive_slots(str(f)) == {1: (3,), 24: (0,)}
+    f.write_text(json.dumps({"1": {"candidate_steps": [3]}, "24": {"candidate_steps": [0]}, "note": "x"}))
+    assert steps.adaptive_slots(str(f)) == {1: (3,), 24: (0,)}  # a key that is no digit string is skipped
     assert steps.adaptive_slots(None) == steps.SGLANG_DEFAULT_SLOTS
-    for doc, message in [({"8": {"candidate_steps": [0]}}, 'needs a slot "1"'), ({"x": [1]}, "not a batch size"),
-                         ({"1": {"candidate_steps": []}}, "non-empty list"), ([], "non-empty JSON object")]:
+    f.write_text(json.dumps({"8": {"candidate_steps": [0, 1]}}))
+    assert steps.adaptive_slots(str(f)) == {8: (0, 1)}  # no slot "1" needed, as in SGLang
+    for doc, message in [({"8": [0]}, r"^BS 8: candidate_steps must be a list of non-negative ints, got None"),
+                         ({"1": {"candidate_steps": []}}, r"^BS 1: candidate_steps must be .*got \[\]"),
+                         ({"x": [1]}, r"^speculative_adaptive_config must contain at least one integer-string BS key"),
+                         ([], "must be a JSON object")]:
         f.write_text(json.dumps(doc))
         with pytest.raises(steps.StepsConfigError, match=message):
             steps.adaptive_slots(str(f))

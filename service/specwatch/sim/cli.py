@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import logfmt, model, steps
+from . import graphs, logfmt, model, steps
 from .engine import Engine, EngineSettings
 from .faults import FaultPlan
 from .native import NativeAPI
@@ -50,8 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SGLang 0.5.23's adaptive step count (EAGLE/EAGLE3, topk 1): per-batch-size slots")
     p.add_argument("--speculative-adaptive-config", default=None,
                    help='slots JSON file: {"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}}')
-    p.add_argument("--cuda-graph-bs", type=int, nargs="+", default=None,
-                   help="the simulated CUDA-graph batch sizes adaptive slots pad to (default 1, 2, 4, 8, 16, …)")
+    # 0.5.23's CUDA-graph flags (sim/graphs.py); --cuda-graph-bs, gone since 0.5.20, is refused as argparse does
+    p.add_argument("--cuda-graph-bs-decode", type=int, nargs="+", default=None,
+                   help="decode CUDA-graph batch sizes; SGLang 0.5.23's adaptive router pads a batch up to these, "
+                        "and without them pads nothing")
+    p.add_argument("--cuda-graph-bs-prefill", type=int, nargs="+", default=None)
+    p.add_argument("--cuda-graph-backend-decode", choices=["full", "breakable", "disabled"], default=None)
+    p.add_argument("--disable-decode-cuda-graph", action="store_true")
+    p.add_argument("--disable-cuda-graph", action="store_true", help="deprecated in SGLang 0.5.23, as there")
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--stream-interval", type=int, default=1)
     p.add_argument("--ignore-continuous-usage-stats", action="store_true",
@@ -99,6 +105,15 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                                                 args.speculative_eagle_topk, args.speculative_num_draft_tokens)
     except ValueError as exc:
         parser.error(str(exc))
+    for name in ("cuda_graph_bs_decode", "cuda_graph_bs_prefill"):
+        if getattr(args, name) is not None and min(getattr(args, name)) < 1:
+            parser.error(f"--{name.replace('_', '-')}: batch sizes must be >= 1")
+    args.graphs = graphs.GraphFlags(
+        bs_decode=tuple(args.cuda_graph_bs_decode) if args.cuda_graph_bs_decode else None,
+        bs_prefill=tuple(args.cuda_graph_bs_prefill) if args.cuda_graph_bs_prefill else None,
+        decode_off=args.disable_cuda_graph or args.disable_decode_cuda_graph
+        or args.cuda_graph_backend_decode == "disabled",
+        prefill_off=args.disable_cuda_graph, max_running=args.max_running_requests)
     args.adaptive, args.adaptive_off = adaptive_policy(args, parser)
     return args, unknown
 
@@ -119,11 +134,9 @@ def adaptive_policy(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         why = f"speculative_eagle_topk={spec.topk} (only topk=1 is supported)"
     if why:
         return None, f"speculative_adaptive disabled: {why}. Falling back to static speculative params."
-    max_running = args.max_running_requests or 48
-    graphs = args.cuda_graph_bs or steps.default_graph_sizes(max(max_running, 8))
     try:
         return steps.AdaptiveSteps.build(steps.adaptive_slots(args.speculative_adaptive_config), spec.num_steps,
-                                         graphs), ""
+                                         graphs.router_sizes(args.graphs)), ""
     except steps.StepsConfigError as exc:
         parser.error(str(exc))
 
@@ -140,7 +153,8 @@ def server_args(args: argparse.Namespace, spec: model.SpecConfig, max_running: i
         "decode_log_interval": args.decode_log_interval, "stream_interval": args.stream_interval,
         "enable_metrics": args.enable_metrics, "max_running_requests": max_running,
         "log_level": args.log_level, "speculative_adaptive": args.speculative_adaptive,
-        "speculative_adaptive_config": args.speculative_adaptive_config, "cuda_graph_bs": args.cuda_graph_bs,
+        "speculative_adaptive_config": args.speculative_adaptive_config, "disable_cuda_graph": args.disable_cuda_graph,
+        **graphs.server_info(args.graphs, spec.enabled),
     }
 
 
@@ -159,6 +173,9 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
         log_decode=args.log_level in ("debug", "info"), log_ms=os.environ.get("SGLANG_LOG_MS", "") in ("1", "true"),
         seed=args.seed, steps=args.adaptive,
     )
+    if args.disable_cuda_graph:  # DeprecatedStoreTrueAction (arg_groups/argparse_actions.py:95-100)
+        info("\033[1;33m'--disable-cuda-graph' is deprecated and will be removed in a future release. Use "
+             "'--cuda-graph-backend-{decode,prefill}=disabled' instead.\033[0m")
     if unknown:
         info(f"specwatch sim: ignoring flags it does not simulate: {' '.join(unknown)}")
     if args.adaptive_off:

@@ -5,8 +5,10 @@
   the tail carry the previous K, every K is clamped to ``num_speculative_tokens``; the batch size is the
   number of requests in the step.
 - ``AdaptiveSteps``: SGLang 0.5.23's ``--speculative-adaptive`` [``--speculative-adaptive-config FILE``].
-  Slots keyed by batch size; a batch is padded up to a CUDA-graph batch size and uses the slot with the
-  largest key at or below it. Inside a slot an EMA of accepted drafts per request moves the step among the
+  Slots keyed by batch size; a batch is padded up to the router's CUDA-graph batch sizes (``graphs.
+  router_sizes``: only a given ``--cuda-graph-bs-decode`` list, so by default none) and uses the slot with the
+  largest key at or below it, or the smallest key when none is (``speculative/adaptive_spec_params.py:342-358``).
+  Inside a slot an EMA of accepted drafts per request moves the step among the
   slot's candidates after 10 warm-up batches, every 5 batches (hysteresis taken as 0): up when the EMA is
   above step − 0.5, down when it is at or below the lower candidate − 0.5 (0.5 for a drop to 0); at 0 it
   probes the smallest positive candidate at the next update. A 0 candidate runs no draft.
@@ -26,11 +28,6 @@ WARMUP_BATCHES, UPDATE_EVERY, EMA_ALPHA = 10, 5, 0.2
 
 class StepsConfigError(ValueError):
     pass
-
-
-def default_graph_sizes(max_bs: int) -> list[int]:
-    """The simulated server's CUDA-graph batch sizes: 1, 2, 4, then every multiple of 8 up to ``max_bs``."""
-    return [b for b in (1, 2, 4) if b <= max_bs] + list(range(8, max_bs + 1, 8))
 
 
 def batch_schedule(raw: object, max_batch: int, max_k: int) -> list[int]:
@@ -90,8 +87,10 @@ class BatchSchedule:
 
 
 def adaptive_slots(path: str | None) -> dict[int, tuple[int, ...]]:
-    """``--speculative-adaptive-config``: ``{"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}}``
-    (or a bare candidate list per key); None for SGLang's built-in slots."""
+    """``--speculative-adaptive-config``: ``{"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}}``;
+    None for SGLang's built-in slots. Read as ``_load_adaptive_config`` reads it (``adaptive_spec_params.py:
+    103-139``): a key that is not a digit string is skipped, not refused, and no slot "1" is needed (a batch
+    below the smallest key uses that key's slot)."""
     if path is None:
         return dict(SGLANG_DEFAULT_SLOTS)
     try:
@@ -101,21 +100,20 @@ def adaptive_slots(path: str | None) -> dict[int, tuple[int, ...]]:
         raise StepsConfigError(f"--speculative-adaptive-config {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise StepsConfigError(f"--speculative-adaptive-config {path}: not JSON ({exc})") from None
-    if not isinstance(doc, dict) or not doc:
-        raise StepsConfigError(f"--speculative-adaptive-config {path}: must be a non-empty JSON object of "
-                               "batch-size slots")
+    if not isinstance(doc, dict):
+        raise StepsConfigError(f"--speculative-adaptive-config {path}: must be a JSON object of batch-size slots")
     slots: dict[int, tuple[int, ...]] = {}
     for key, v in doc.items():
-        cands = v.get("candidate_steps") if isinstance(v, dict) else v
-        if not (isinstance(key, str) and key.isdigit() and int(key) >= 1):
-            raise StepsConfigError(f"--speculative-adaptive-config {path}: slot key {key!r} is not a batch size")
+        if not key.isdigit():
+            continue
+        cands = v.get("candidate_steps") if isinstance(v, dict) else None
         if not isinstance(cands, list) or not cands or not all(
                 isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cands):
-            raise StepsConfigError(f"--speculative-adaptive-config {path}: slot {key}: candidate_steps must be a "
-                                   "non-empty list of step counts >= 0")
+            raise StepsConfigError(f"BS {key}: candidate_steps must be a list of non-negative ints, got {cands!r}")
         slots[int(key)] = tuple(sorted(set(cands)))
-    if 1 not in slots:
-        raise StepsConfigError(f"--speculative-adaptive-config {path}: needs a slot \"1\"")
+    if not slots:
+        raise StepsConfigError("speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
+                               f'{{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(doc)}')
     return slots
 
 
@@ -136,9 +134,9 @@ class AdaptiveSteps:
     def build(cls, slots: dict[int, tuple[int, ...]], start: int, graphs: Sequence[int]) -> AdaptiveSteps:
         """SGLang's start-up check: the launch step must be one of the candidates."""
         union = sorted({c for cands in slots.values() for c in cands})
-        if start not in union:
-            raise StepsConfigError(f"speculative_num_steps={start} must be one of the adaptive candidate steps "
-                                   f"{union} (--speculative-num-steps with --speculative-adaptive)")
+        if start not in union:  # SGLang's refusal (arg_groups/speculative_hook.py:1416-1421)
+            raise StepsConfigError(f"--speculative-num-steps={start} is not in the adaptive config candidate_steps "
+                                   f"{union}. Pass one of those values.")
         built = {key: Slot(c, start if start in c else min(c, key=lambda x: (abs(x - start), x)))
                  for key, c in slots.items()}
         return cls(built, sorted(graphs))
