@@ -7,12 +7,13 @@ import json
 import re
 import signal
 import socket
+import subprocess
 import urllib.request
 
 import aiohttp
 import pytest
 
-from conftest import http_get, http_json, sim_truth, wait_until
+from conftest import http_get, http_json, sim_truth, specwatch_cmd, wait_until
 from specwatch.server.logparse import parse_line
 
 pytestmark = pytest.mark.integration
@@ -152,6 +153,24 @@ def test_info_endpoints(spec_sim):
     assert http_json(spec_sim.url + "/get_model_info")["is_generation"] is True
     assert http_get(spec_sim.url + "/health")[0] == 200
     assert http_get(spec_sim.url + "/health_generate")[0] == 200
+
+
+def test_old_endpoint_names_log_0_5_23s_deprecation_and_detection_asks_the_new_ones(procs, tmp_path):
+    log = tmp_path / "sglang.log"
+    sim = procs.sim(*SPEC, "--log-file", str(log))
+    out = tmp_path / "bench.json"
+    p = subprocess.run(specwatch_cmd("bench", "--server-url", sim.url, "--num-runs", "1", "--warmup", "0",
+                                     "--max-tokens", "4", "--json", str(out)), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads(out.read_text())["api"] == "sglang"
+    assert "deprecated" not in log.read_text()  # bench asked /server_info (and /model_info, if at all)
+    for old, new in (("/get_server_info", "/server_info"), ("/get_model_info", "/model_info")):
+        assert http_get(sim.url + old)[0] == 200
+        line = f"Endpoint '{old}' is deprecated and will be removed in a future version. Please use '{new}' instead."
+        wait_until(lambda line=line: line in log.read_text(), what=f"the warning for {old}")
+        got = [ln for ln in log.read_text().splitlines() if line in ln]
+        assert len(got) == 1 and re.fullmatch(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] " + re.escape(line), got[0])
 
 
 def test_metrics_use_sglang_names_and_move_when_requests_finish(spec_sim):

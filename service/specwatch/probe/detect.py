@@ -81,6 +81,10 @@ def speculation_of(engine: ServerKind, server_info: dict[str, Any]) -> tuple[int
     return 0, 1
 
 
+def _sglang_info(info: Any) -> bool:
+    return isinstance(info, dict) and ("speculative_algorithm" in info or "version" in info)
+
+
 def _first_model(models: Any) -> str:
     data = models.get("data") if isinstance(models, dict) else None
     if isinstance(data, list) and data and isinstance(data[0], dict):
@@ -89,12 +93,17 @@ def _first_model(models: Any) -> str:
 
 
 async def detect(session: aiohttp.ClientSession, base_url: str, api: ApiChoice = "auto") -> ServerInfo:
-    """SGLang if ``/get_server_info`` answers with server args, else OpenAI if ``/v1/models`` answers.
+    """SGLang if ``/server_info`` (SGLang 0.5.6+; before it ``/get_server_info``) answers with server args, else
+    OpenAI if ``/v1/models`` answers. ``/server_info`` is asked first: 0.5.23 logs a deprecation warning on
+    every ``/get_server_info`` (``entrypoints/http_server.py:853-860``), and vLLM's dev-mode ``/server_info``
+    holds neither key read here.
 
     Raises one of ``UNREACHABLE`` when the server cannot be reached, ``TargetError`` when it answers as
     neither."""
-    info = await get_json(session, base_url + "/get_server_info")
-    sglang = isinstance(info, dict) and ("speculative_algorithm" in info or "version" in info)
+    info = await get_json(session, base_url + "/server_info")
+    if not _sglang_info(info):
+        info = await get_json(session, base_url + "/get_server_info")
+    sglang = _sglang_info(info)
     models = await get_json(session, base_url + "/v1/models")
     if api == "auto":
         if sglang:
@@ -102,7 +111,8 @@ async def detect(session: aiohttp.ClientSession, base_url: str, api: ApiChoice =
         elif models is not None:
             api = "completions"
         else:
-            raise TargetError(f"{base_url} answers neither /get_server_info (SGLang) nor /v1/models (OpenAI)")
+            raise TargetError(f"{base_url} answers neither /server_info or /get_server_info (SGLang) nor /v1/models "
+                              "(OpenAI)")
     if sglang and isinstance(info, dict):
         return ServerInfo(api=api, model=_first_model(models), speculative=bool(info.get("speculative_algorithm")),
                           info=without_secrets(info), engine="sglang")

@@ -194,7 +194,8 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     app = web.Application(client_max_size=8 * 1024 * 1024,
                           middlewares=[require_key(args.api_key, lambda path: path != "/health")])
     faults = FaultPlan()
-    NativeAPI(engine, ident, metrics.render if metrics else None, faults).routes(app)
+    warn = info if args.log_level in ("debug", "info", "warning") else (lambda msg: None)
+    NativeAPI(engine, ident, metrics.render if metrics else None, faults, warn).routes(app)
     OpenAIAPI(engine, ident, faults).routes(app)
     ready = ["Uvicorn running on {url} (Press CTRL+C to quit)", "The server is fired up and ready to roll!"]
     return await run_server(args, app, engine, faults, info, ready)

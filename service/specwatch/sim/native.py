@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -25,12 +25,22 @@ from .wire import (
     received_at,
 )
 
+# 0.5.23 logs a warning on every call of an old name, then answers as the new one (entrypoints/http_server.py:
+# 802-810, 853-860)
+DEPRECATED = {"/get_model_info": "/model_info", "/get_server_info": "/server_info"}
+
+
+def deprecation(old: str) -> str:
+    return (f"Endpoint '{old}' is deprecated and will be removed in a future version. "
+            f"Please use '{DEPRECATED[old]}' instead.")
+
 
 class NativeAPI(Handlers):
     def __init__(self, engine: Engine, ident: ServerIdentity, metrics_render: Callable[[], bytes] | None,
-                 faults: FaultPlan | None = None) -> None:
+                 faults: FaultPlan | None = None, warn: Callable[[str], None] = lambda msg: None) -> None:
         super().__init__(engine, ident, faults)
         self.metrics_render = metrics_render
+        self.warn = warn
 
     def routes(self, app: web.Application) -> None:
         app.middlewares.append(received_at)
@@ -38,15 +48,22 @@ class NativeAPI(Handlers):
         app.router.add_route("PUT", "/generate", self.generate)
         app.router.add_get("/health", self.health)
         app.router.add_get("/health_generate", self.health)
-        for path in ("/get_model_info", "/model_info"):
-            app.router.add_get(path, self.model_info)
-        for path in ("/get_server_info", "/server_info"):
-            app.router.add_get(path, self.server_info)
+        app.router.add_get("/model_info", self.model_info)
+        app.router.add_get("/server_info", self.server_info)
+        app.router.add_get("/get_model_info", self._deprecated("/get_model_info", self.model_info))
+        app.router.add_get("/get_server_info", self._deprecated("/get_server_info", self.server_info))
         app.router.add_post("/flush_cache", self.flush_cache)
         if self.metrics_render is not None:
             app.router.add_get("/metrics", self.metrics)
 
     # ---- info --------------------------------------------------------------------------------
+    def _deprecated(self, old: str, handler: Callable[[web.Request], Awaitable[web.Response]]
+                    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def answer(request: web.Request) -> web.Response:
+            self.warn(deprecation(old))
+            return await handler(request)
+        return answer
+
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
