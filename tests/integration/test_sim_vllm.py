@@ -215,7 +215,11 @@ def test_every_generations_lines_match_the_reference_and_parse(tmp_path, generat
      "must be a non-empty list"),  # the dict form of the PR's early comments is not what shipped
     ('{"method": "medusa", "num_speculative_tokens": 3}', "key 'method': 'medusa' is not one of"),  # gone in 0.33
     ('{"method": "ngram", "num_speculative_tokens": 3, "speculative_disable_by_batch_size": 4}',
-     "key 'speculative_disable_by_batch_size' cannot be simulated"),  # V0's, gone
+     "1 validation error for SpeculativeConfig\nspeculative_disable_by_batch_size\n  Unexpected keyword argument"),
+    ('{"method": "ngram", "num_speculative_tokens": 3, "tokenizer": "t"}',  # no field: vLLM's own error
+     "tokenizer\n  Unexpected keyword argument [type=unexpected_keyword_argument, input_value='t', input_type=str]"),
+    ('{"method": "ngram", "num_speculative_tokens": 3, "parallel_drafting": true}',
+     "key 'parallel_drafting' cannot be simulated"),
     ('{"method": "lookahead", "num_speculative_tokens": 3}', "key 'method': 'lookahead' is not one of"),
     ('{"num_speculative_tokens": 3}', "key 'method' is required"),
     ('{"method": "ngram", "num_speculative_tokens": true}', "key 'num_speculative_tokens' must be an integer"),

@@ -1,12 +1,16 @@
 """Every vLLM flag, config key and variable specwatch's advice prints exists in the vLLM it names: the installed
-wheel's own source (0.32.0, the tier's) is read, not a copy of it. The metric names specwatch reads are
-checked by the tier's other tests, against the running server's ``/metrics``."""
+wheel's own source (0.32.0, the tier's) is read, not a copy of it; so is every ``--speculative-config`` key the
+simulator takes. The metric names specwatch reads are checked by the tier's other tests, against the running
+server's ``/metrics``."""
 
 from __future__ import annotations
+
+import re
 
 import vllm_env
 
 from specwatch.analysis import engine_flags
+from specwatch.sim import vllm_cli
 
 # where each kind of name is defined in the wheel
 WHERE = {"--": "engine/arg_utils.py", "VLLM_": "envs.py", "": "config/speculative.py"}
@@ -30,3 +34,13 @@ def test_the_vllm_names_the_advice_prints_are_in_the_installed_vllm(vllm_install
         if want not in text:
             missing.append(f"{name} (looked for {want!r} in {WHERE[prefix]})")
     assert not missing, missing
+
+
+def test_the_simulators_speculative_config_keys_are_the_installed_vllms_fields(vllm_installed):
+    text = source("config/speculative.py")
+    start = text.index("class SpeculativeConfig:")
+    end = re.compile(r"^\S", re.M).search(text, text.index("\n", start))  # the next top-level statement
+    body = text[start:end.start() if end else len(text)]
+    fields = set(re.findall(r"^    ([a-z_]+): ", body, re.M))
+    assert fields == vllm_cli.FIELDS_0_32, (fields ^ vllm_cli.FIELDS_0_32)
+    assert set(vllm_cli.SIMULATED_KEYS) | vllm_cli.IGNORED_KEYS <= fields

@@ -1,12 +1,14 @@
 """The simulator's launch flags as the engines' own argument parsers take them: SGLang 0.5.23's CUDA-graph
 flags (and the refused ``--cuda-graph-bs``), what its ``/server_info`` then says and what its adaptive router
-pads to."""
+pads to; vLLM's ``--speculative-config`` keys (a pydantic dataclass that forbids extras) and its batch cap."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from specwatch.sim import cli
+from specwatch.sim import cli, vllm_cli
 
 SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
 
@@ -44,3 +46,38 @@ def test_a_bad_decode_size_is_refused(capsys):
     with pytest.raises(SystemExit):
         cli.parse(["--cuda-graph-bs-decode", "0", "8"])
     assert "--cuda-graph-bs-decode: batch sizes must be >= 1" in capsys.readouterr().err
+
+
+def unexpected(key: str, value: str, kind: str) -> str:
+    return (f"{key}\n  Unexpected keyword argument [type=unexpected_keyword_argument, input_value={value}, "
+            f"input_type={kind}]")
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    # no SpeculativeConfig field: vLLM 0.32 and 0.33 stop with pydantic's error (extra="forbid"), as here
+    ({"tokenizer": "t"}, "1 validation error for SpeculativeConfig\n" + unexpected("tokenizer", "'t'", "str")),
+    ({"max_num_seqs": 4, "tokenizer": None}, "2 validation errors for SpeculativeConfig\n"
+     + unexpected("max_num_seqs", "4", "int") + "\n" + unexpected("tokenizer", "None", "NoneType")),
+    ({"max-num-seqs": 4}, unexpected("max_num_seqs", "4", "int")),  # vLLM turns '-' into '_' first
+    ({"speculative_disable_by_batch_size": 4}, unexpected("speculative_disable_by_batch_size", "4", "int")),
+    # a field the simulator does not simulate: refused naming it
+    ({"parallel_drafting": True}, "key 'parallel_drafting' cannot be simulated"),
+])
+def test_a_speculative_config_key_vllm_has_no_field_for_stops_it_as_vllm_does(config, message):
+    with pytest.raises(vllm_cli.SpecConfigError) as e:
+        vllm_cli.spec_from_config(json.dumps({"method": "ngram", "num_speculative_tokens": 3, **config}))
+    assert message in str(e.value)
+
+
+def test_every_key_the_vllm_simulator_takes_is_a_speculative_config_field():
+    assert set(vllm_cli.SIMULATED_KEYS) | vllm_cli.IGNORED_KEYS <= vllm_cli.FIELDS_0_32
+    got = vllm_cli.spec_from_config('{"method": "eagle3", "num_speculative_tokens": 2, "model": "m", '
+                                    '"prompt-lookup-max": 4}')
+    assert got.ignored == ["model", "prompt_lookup_max"]
+
+
+def test_the_vllm_simulators_batch_cap_default_is_stated():
+    args, _ = vllm_cli.parse([])
+    assert args.max_num_seqs == vllm_cli.DEFAULT_MAX_NUM_SEQS == 256
+    action = next(a for a in vllm_cli.build_parser()._actions if "--max-num-seqs" in a.option_strings)
+    assert "default 256: what `vllm serve` picks on a GPU under 70 GiB or an A100; it picks 128 per CPU" in action.help

@@ -8,7 +8,8 @@ own flags for what it simulates.
 schedule ``num_speculative_tokens_per_batch_size`` are simulated (``ngram`` and ``suffix`` propose by
 lookup, so their drafting costs nothing; model-based methods pay the profile's draft step; under a schedule
 each engine step drafts the K its batch size gets, as ``sim.steps`` describes), the keys that only tune a
-real drafter are accepted and ignored, any other key is refused with its name. The methods are 0.33.0's
+real drafter are accepted and ignored, a key that is no ``SpeculativeConfig`` field is refused with vLLM's own
+validation error, and any other field is refused with its name. The methods are 0.33.0's
 (``medusa`` and ``mlp_speculator`` were dropped there). Stats lines every ``VLLM_LOG_STATS_INTERVAL``
 seconds (default 10) unless ``--disable-log-stats``; ``--log-format`` picks the vLLM generation whose line
 shapes to print.
@@ -46,12 +47,32 @@ METHODS = {"ngram": 0.0, "ngram_gpu": 0.0, "suffix": 0.0, "eagle": 1.0, "eagle3"
 SCHEDULE_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 SIMULATED_KEYS = ("method", "num_speculative_tokens", SCHEDULE_KEY)
-# keys that tune a real drafter but not the simulated timing: accepted, ignored with a notice
+# SpeculativeConfig's fields (vllm/config/speculative.py: 0.32.0 :386-610, 0.33.0 :407-660). It is a pydantic
+# dataclass with extra="forbid" (@config, config/utils.py:70-71): any other key stops the server with a
+# validation error
+FIELDS_0_32 = frozenset({
+    "enforce_eager", "num_speculative_tokens", "model", "method", "draft_tensor_parallel_size",
+    "tensor_parallel_size", "quantization", "moe_backend", "attention_backend", "kv_cache_dtype", "max_model_len",
+    "revision", "code_revision", "index_share_for_mtp_iteration", "disable_padded_drafter_batch",
+    "disable_eagle_block_drop", "use_local_argmax_reduction", "use_heterogeneous_vocab", "prompt_lookup_max",
+    "prompt_lookup_min", "parallel_drafting", "target_model_config", "target_parallel_config", SCHEDULE_KEY,
+    "draft_model_config", "draft_parallel_config", "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob",
+    "draft_load_config", "rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length",
+    "enable_adaptive_verification", "draft_sample_method", "dspark_draft_topk"})
+FIELDS_NEW_IN_0_33 = frozenset({"disable_lookahead_block_hashes", "draft_lm_head_quantization", "xpress_topc",
+                                "fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k"})
+SPEC_FIELDS = FIELDS_0_32 | FIELDS_NEW_IN_0_33
+# fields that tune a real drafter but not the simulated timing: accepted, ignored with a notice
 IGNORED_KEYS = frozenset({
     "model", "prompt_lookup_max", "prompt_lookup_min", "draft_tensor_parallel_size", "max_model_len",
     "quantization", "revision", "code_revision", "disable_padded_drafter_batch", "rejection_sample_method",
-    "draft_sample_method", "tokenizer", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
-    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "enforce_eager", "max_num_seqs"})
+    "draft_sample_method", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "enforce_eager"})
+# `vllm serve`'s --max-num-seqs when not given (engine/arg_utils.py get_batch_defaults: 0.32.0 :2894-2985, 0.33.0
+# :2940-3039): 256 on a GPU under 70 GiB, an A100 or a GB10; 1024 on an H100/H200 or anything of 160 GiB and
+# more; 128 per CPU worker; doubled under --performance-mode throughput. The simulator takes the first.
+DEFAULT_MAX_NUM_SEQS = 256
 MAX_SPEC_TOKENS = 32
 DEFAULT_STATS_INTERVAL_S = 10.0
 
@@ -79,6 +100,10 @@ def spec_from_config(raw: str | None) -> VLLMSpec:
         raise SpecConfigError(f"--speculative-config: not valid JSON ({exc})") from None
     if not isinstance(cfg, dict):
         raise SpecConfigError("--speculative-config: must be a JSON object")
+    cfg = {k.replace("-", "_"): v for k, v in cfg.items()}  # as vLLM does (engine/arg_utils.py:2086-2088)
+    extra = [k for k in cfg if k not in SPEC_FIELDS]
+    if extra:
+        raise SpecConfigError("--speculative-config: " + validation_error(extra, cfg))
     unknown = sorted(k for k in cfg if k not in SIMULATED_KEYS and k not in IGNORED_KEYS)
     if unknown:
         raise SpecConfigError(f"--speculative-config: key {unknown[0]!r} cannot be simulated (simulated: "
@@ -101,6 +126,16 @@ def spec_from_config(raw: str | None) -> VLLMSpec:
                     ignored, cfg.get(SCHEDULE_KEY))
 
 
+def validation_error(extra: list[str], cfg: dict[str, Any]) -> str:
+    """pydantic's error for keyword arguments a forbid-extra dataclass has no field for, as vLLM stops with it."""
+    n = len(extra)
+    lines = [f"{n} validation error{'s' if n > 1 else ''} for SpeculativeConfig"]
+    for k in extra:
+        lines += [k, f"  Unexpected keyword argument [type=unexpected_keyword_argument, input_value={cfg[k]!r}, "
+                     f"input_type={type(cfg[k]).__name__}]"]
+    return "\n".join(lines)
+
+
 def stats_interval(env: dict[str, str]) -> float:
     """``VLLM_LOG_STATS_INTERVAL``: seconds; non-positive or unreadable values fall back to 10, as in vLLM."""
     try:
@@ -119,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", nargs="+", default=None)
     p.add_argument("--speculative-config", "-sc", default=None, help="vLLM's JSON speculative config")
-    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
+                   help=f"the batch cap (default {DEFAULT_MAX_NUM_SEQS}: what `vllm serve` picks on a GPU under 70 GiB "
+                        "or an A100; it picks 128 per CPU worker and 1024 on an H100 or larger)")
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--disable-log-stats", action="store_true")
     p.add_argument("--per-request-spec-decode-metrics", default="none", choices=["none", "summary", "detailed"])
