@@ -17,7 +17,15 @@ EAGLE proposer; the project's EAGLE-3 reference):
   of vLLM do not fit a 2-layer target and the engine dies on the first request, so the config pins them;
 - the full target vocabulary (no ``d2t``), and no ``embed_tokens`` or ``lm_head``: vLLM shares the target's.
 
-    python eagle3_head.py TARGET_DIR OUT_DIR [--steps N] [--random] [--no-aux-pin]
+For SGLang (``--aux-ids 0,1 --sglang``): SGLang 0.5.23 loads the same checkpoint, but its aux id j is the
+*output* of layer j (captured at the input of layer j + 1, ``srt/models/llama.py``), vLLM's the *input*, so it
+cannot capture the last layer's output at all: the head is distilled on vLLM ids 0, 1 (the embedding and
+layer 0's output) and ``eagle_config.eagle_aux_hidden_state_layer_ids``, the only key SGLang reads, is
+written in SGLang's numbering ([-1, 0]); the top-level key, which vLLM reads first, keeps vLLM's. SGLang's
+draft also loads its own ``lm_head`` when the config names a ``draft_vocab_size`` (``llama_eagle3.py``), and
+does not share the target's: the checkpoint carries the target's rows, the ones the head was distilled against.
+
+    python eagle3_head.py TARGET_DIR OUT_DIR [--steps N] [--random] [--no-aux-pin] [--aux-ids 0,1 [--sglang]]
 """
 
 from __future__ import annotations
@@ -81,9 +89,10 @@ def generate(target, ids, temperatures, torch):
     return torch.stack([s for _, s in sorted(seqs, key=lambda x: x[0])])
 
 
-def teacher(target, seqs, torch):
-    """Aux states (ids 0, 1, 2: embedding output, then each decoder layer's output before the final norm),
-    rounded to bf16 as vLLM's activations are, and the target's logits, per position."""
+def teacher(target, seqs, torch, aux_ids=tuple(AUX_IDS)):
+    """Aux states (vLLM ids: 0 the embedding output, then id i the output of decoder layer i - 1, before the
+    final norm), rounded to bf16 as vLLM's activations are, and the target's logits, per position."""
+    n_layers = len(target.model.layers)
     last: list = []
     hook = target.model.layers[-1].register_forward_hook(lambda _m, _i, out: last.append(
         out[0] if isinstance(out, tuple) else out))
@@ -94,14 +103,14 @@ def teacher(target, seqs, torch):
             with torch.no_grad():
                 o = target(seqs[b:b + 16], output_hidden_states=True)
             hs = o.hidden_states
-            aux.append(torch.cat([hs[0], hs[1], last[0]], dim=-1).to(torch.bfloat16))
+            aux.append(torch.cat([last[0] if i == n_layers else hs[i] for i in aux_ids], dim=-1).to(torch.bfloat16))
             logits.append(o.logits.float())
     finally:
         hook.remove()
     return torch.cat(aux), torch.cat(logits)
 
 
-def build_head(torch, nn, cfg, target):
+def build_head(torch, nn, cfg, target, n_aux=None):
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     hidden, heads, kv, hd, eps = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, \
@@ -120,7 +129,7 @@ def build_head(torch, nn, cfg, target):
 
         def __init__(self):
             super().__init__()
-            self.fc = nn.Linear(hidden * len(AUX_IDS), hidden, bias=False)
+            self.fc = nn.Linear(hidden * (n_aux or len(AUX_IDS)), hidden, bias=False)
             self.input_layernorm, self.hidden_norm = RMSNorm(hidden), RMSNorm(hidden)
             self.post_attention_layernorm, self.norm = RMSNorm(hidden), RMSNorm(hidden)
             self.q_proj = nn.Linear(2 * hidden, heads * hd, bias=False)
@@ -212,7 +221,8 @@ def chain_acceptance(head, target, seqs, aux, torch, k_max=5):
     return [float(h / total) for h in hits]
 
 
-def save(head, target, cfg, out: Path, torch, pin_aux: bool = True) -> None:
+def save(head, target, cfg, out: Path, torch, pin_aux: bool = True, aux_ids=tuple(AUX_IDS), sglang: bool = False
+         ) -> None:
     from safetensors.torch import save_file
 
     sd = head.state_dict()
@@ -223,12 +233,16 @@ def save(head, target, cfg, out: Path, torch, pin_aux: bool = True) -> None:
                 "mlp" if key.split(".")[0] in ("gate_proj", "up_proj", "down_proj") else "")
             names[key] = f"midlayer.{group + '.' if group else ''}{key}"
     tensors = {names[k]: v.detach().to(torch.bfloat16).contiguous() for k, v in sd.items()}
+    if sglang:  # its draft reads its own lm_head when the config has draft_vocab_size: the target's, as distilled
+        tensors["lm_head.weight"] = target.lm_head.weight.detach().to(torch.bfloat16).contiguous()
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     conf = json.loads(cfg.to_json_string())
+    ids = list(aux_ids)
     conf.update({"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, "draft_vocab_size":
-                 cfg.vocab_size, "target_hidden_size": cfg.hidden_size, "eagle_aux_hidden_state_layer_ids": AUX_IDS,
-                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX_IDS, "use_aux_hidden_state": True},
+                 cfg.vocab_size, "target_hidden_size": cfg.hidden_size, "eagle_aux_hidden_state_layer_ids": ids,
+                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in ids] if sglang else ids,
+                                  "use_aux_hidden_state": True},
                  "tie_word_embeddings": False, "dtype": "bfloat16"})
     if not pin_aux:  # vLLM's default ids then, (2, L//2, L-3) = (2, 1, -1): two states reach a 768-wide fc
         del conf["eagle_aux_hidden_state_layer_ids"]
@@ -244,7 +258,13 @@ def main() -> int:
     p.add_argument("--random", action="store_true", help="no training: a head that accepts nothing")
     p.add_argument("--no-aux-pin", action="store_true", help="leave the aux-layer ids to vLLM's default (which "
                                                               "does not fit a 2-layer target: for the smoke test)")
+    p.add_argument("--aux-ids", default=",".join(map(str, AUX_IDS)),
+                   help="the target's hidden states the head reads, in vLLM's numbering (0: the embedding output, "
+                        "i: decoder layer i-1's output); default 0,1,2")
+    p.add_argument("--sglang", action="store_true", help="write eagle_config's aux ids in SGLang's numbering (vLLM's "
+                                                         "minus one; SGLang cannot read the last layer's output)")
     a = p.parse_args()
+    aux_ids = [int(x) for x in a.aux_ids.split(",")]
     import torch
     from torch import nn
     from transformers import AutoTokenizer, LlamaForCausalLM
@@ -257,14 +277,18 @@ def main() -> int:
     for prm in target.parameters():
         prm.requires_grad_(False)
     tok = AutoTokenizer.from_pretrained(a.target)
-    head = build_head(torch, nn, target.config, target)
+    n_layers = target.config.num_hidden_layers
+    if not aux_ids or any(not 0 <= i <= n_layers for i in aux_ids) or (a.sglang and n_layers in aux_ids):
+        p.error(f"--aux-ids {a.aux_ids}: each in 0..{n_layers}" + (f", below {n_layers} for SGLang" if a.sglang
+                                                                    else ""))
+    head = build_head(torch, nn, target.config, target, len(aux_ids))
     if not a.random:
         train_ids = prompts(tok, TRAIN_PROMPTS, False, rng)
         temps = [(0.0, 0.8, 1.0)[i % 3] for i in range(len(train_ids))]
         seqs = generate(target, train_ids, temps, torch)
         eval_seqs = generate(target, prompts(tok, EVAL_PROMPTS, True, rng), [0.0] * EVAL_PROMPTS, torch)
-        aux, tlogits = teacher(target, seqs, torch)
-        eval_aux, _ = teacher(target, eval_seqs, torch)
+        aux, tlogits = teacher(target, seqs, torch, aux_ids)
+        eval_aux, _ = teacher(target, eval_seqs, torch, aux_ids)
         print(f"eagle3 head: data {time.monotonic() - t0:.0f} s ({len(seqs)} sequences of {seqs.shape[1]} tokens)",
               file=sys.stderr, flush=True)
         opt = torch.optim.AdamW(head.parameters(), lr=LR, weight_decay=0.0)
@@ -294,7 +318,7 @@ def main() -> int:
         acc = chain_acceptance(head, target, eval_seqs, eval_aux, torch)
         print("eagle3 head: held-out greedy chain acceptance k=1..5: " + ", ".join(f"{x:.3f}" for x in acc),
               file=sys.stderr, flush=True)
-    save(head, target, target.config, Path(a.out), torch, pin_aux=not a.no_aux_pin)
+    save(head, target, target.config, Path(a.out), torch, pin_aux=not a.no_aux_pin, aux_ids=aux_ids, sglang=a.sglang)
     print(f"eagle3 head: built in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     return 0
 
