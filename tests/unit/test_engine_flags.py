@@ -64,6 +64,36 @@ def test_a_method_vllm_0_33_drops_the_schedule_for_is_said():
                                                                                            NGRAM)).notes)
 
 
+@pytest.mark.parametrize(("cfg", "method"), [
+    ({"method": "deepseek_mtp"}, "mtp"), ({"method": "qwen3_next_mtp", "model": "q/next"}, "mtp"),
+    ({"method": "mtp"}, "mtp"), ({"method": "[ngram]"}, "ngram"), ({"method": "suffix"}, "suffix"),
+    ({}, "draft_model"), ({"model": "ngram"}, "ngram"), ({"model": "[ngram]"}, "ngram"),
+    ({"model": "my_pkg.MyProposer"}, "custom_class"), ({"model": "org/my_pkg.v2"}, "draft_model"),
+    ({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}, "eagle3"), ({"model": "yuhuili/EAGLE-LLaMA3-8B"}, "eagle"),
+    ({"method": "draft_model", "model": "deepseek-ai/dspark_qwen3_8b_block7"}, "dspark"),
+    ({"method": "deepseek_mtp", "model": "z/some-dflash-head"}, "dflash"),  # *_mtp first, then the name
+    ({"method": "eagle", "model": "x/eagle3-head"}, "eagle"),  # an explicit eagle method is kept
+    ({"method": "ngram", "model": "x/eagle3"}, "ngram"),
+])
+def test_the_method_is_the_one_vllm_settles_on(cfg, method):
+    assert ef.vllm_method(cfg) == method
+
+
+@pytest.mark.parametrize(("cfg", "kept"), [
+    ({"method": "deepseek_mtp", "num_speculative_tokens": 1}, True),  # vLLM rewrites it to mtp, which keeps it
+    ({"method": "glm4_moe_mtp", "num_speculative_tokens": 1}, True),
+    ({"model": "org/eagle3-head", "num_speculative_tokens": 3}, True),  # no method: eagle3 from the name
+    ({"method": "draft_model", "model": "x/dspark_qwen3", "num_speculative_tokens": 3}, False),  # run as dspark
+    ({"model": "pkg.Proposer", "num_speculative_tokens": 3}, False),  # custom_class
+    ({"method": "ngram_gpu", "num_speculative_tokens": 3}, False),
+])
+def test_the_0_33_gate_is_decided_on_the_method_vllm_runs(cfg, kept):
+    notes = ef.vllm_advice(RANGES, ServerSetup("vllm", "0.33.0", cfg)).notes
+    assert any("keeps a schedule only" in n for n in notes) is not kept
+    if cfg.get("method") == "draft_model":
+        assert "for draft_model (run as dspark) it drops it" in notes[0]
+
+
 def test_a_schedule_already_in_the_config_is_replaced_and_quotes_survive_the_shell():
     cfg = {"method": "eagle3", "model": "/models/it's a head", "num_speculative_tokens": 3,
            "num_speculative_tokens_per_batch_size": [[1, 4, 1]]}

@@ -81,3 +81,29 @@ def test_the_vllm_simulators_batch_cap_default_is_stated():
     assert args.max_num_seqs == vllm_cli.DEFAULT_MAX_NUM_SEQS == 256
     action = next(a for a in vllm_cli.build_parser()._actions if "--max-num-seqs" in a.option_strings)
     assert "default 256: what `vllm serve` picks on a GPU under 70 GiB or an A100; it picks 128 per CPU" in action.help
+
+
+SCHEDULE = {"num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[1, 4, 2], [5, 64, 0]]}
+
+
+@pytest.mark.parametrize(("config", "method", "kept"), [
+    ({"method": "deepseek_mtp"}, "mtp", True),  # vLLM replaces every *_mtp with mtp before 0.33's gate
+    ({"method": "mtp"}, "mtp", True), ({"method": "ngram"}, "ngram", True),
+    ({"model": "org/EAGLE3-head"}, "eagle3", True),  # no method: read off the draft model's name
+    ({"method": "draft_model", "model": "org/dspark_qwen3_8b"}, "dspark", False),
+    ({"method": "ngram_gpu"}, "ngram_gpu", False), ({"method": "suffix"}, "suffix", False),
+])
+def test_the_0_33_schedule_gate_reads_the_method_vllm_settles_on(config, method, kept):
+    args, _ = vllm_cli.parse(["--speculative-config", json.dumps({**config, **SCHEDULE})])
+    assert args.spec.algorithm == method
+    assert (args.schedule is not None) is kept and bool(args.schedule_dropped) is not kept
+    assert args.replaced == ("deepseek_mtp" if config.get("method") == "deepseek_mtp" else "")
+    if not kept:
+        assert args.schedule_dropped == (f"Dynamic speculative decoding is not supported with the '{method}' "
+                                         "speculative method on Model Runner V1. Disabling num_speculative_tokens_"
+                                         "per_batch_size and falling back to static num_speculative_tokens=2.")
+
+
+def test_a_custom_proposer_class_is_refused():
+    with pytest.raises(vllm_cli.SpecConfigError, match="a custom_class proposer cannot be simulated"):
+        vllm_cli.spec_from_config('{"model": "my_pkg.Proposer", "num_speculative_tokens": 2}')

@@ -240,14 +240,45 @@ def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
     merged = {k: v for k, v in setup.speculative_config.items() if k != "num_speculative_tokens_per_batch_size"}
     merged["num_speculative_tokens"] = max(ks)
     merged["num_speculative_tokens_per_batch_size"] = schedule
-    method = str(merged.get("method", ""))
+    method = vllm_method(merged)
+    given = merged.get("method")
+    named = method if given in (None, method) else f"{given} (run as {method})"
     gate = () if method in VLLM_SCHEDULE_METHODS else (
         f"vLLM 0.33 on Model Runner V1 keeps a schedule only for {', '.join(VLLM_SCHEDULE_METHODS)}: for "
-        f"{method or 'this method'} it drops it with a warning and runs num_speculative_tokens at every load "
+        f"{named} it drops it with a warning and runs num_speculative_tokens at every load "
         "(0.24-0.32 have no such gate)",)
     return EngineAdvice("vllm", f"vLLM ≥ 0.24.0{have}: launch with the server's speculative config, the schedule "
                                 f"merged in and num_speculative_tokens = the largest k ({max(ks)}):",
                         flags="--speculative-config " + shlex.quote(json.dumps(merged)), notes=gate + VLLM_CAVEATS)
+
+
+def vllm_method(cfg: Mapping[str, Any]) -> str:
+    """The method vLLM runs a ``--speculative-config`` as, settled the way ``SpeculativeConfig.__post_init__``
+    settles it before 0.33's schedule gate (``config/vllm.py:1088-1108``) reads it (0.33.0
+    ``config/speculative.py:1236-1250`` and ``:1432-1473``; 0.32.0 ``:1131-1145`` and ``:1325-1350``): none given
+    is ``custom_class`` for a dotted import path as ``model``, ``ngram`` for the model ``ngram``/``[ngram]``, else
+    ``draft_model``; every ``*_mtp`` becomes ``mtp``; and a model-based method other than eagle, eagle3, dflash
+    and dspark takes the one its draft model's name says (``eagle-``, ``eagle3``, ``dflash``, ``dspark``; vLLM
+    also reads the draft's architectures, which a launch command does not show)."""
+    method, model = cfg.get("method"), cfg.get("model")
+    name = model if isinstance(model, str) else None
+    if method is None:
+        parts = (name or "").split(".")
+        dotted = name is not None and "/" not in name and not name.startswith(("http://", "https://", "file://"))
+        if dotted and len(parts) >= 2 and all(p.isidentifier() for p in parts):
+            return "custom_class"
+        method = "ngram" if name in ("ngram", "[ngram]") else "draft_model"
+    method = str(method)
+    if method.endswith("_mtp"):
+        method = "mtp"
+    if method == "[ngram]":
+        method = "ngram"
+    if name is None or method in ("ngram", "ngram_gpu", "suffix", "custom_class", "extract_hidden_states",
+                                  "eagle", "eagle3", "dflash", "dspark"):
+        return method
+    lowered = name.lower()
+    return next((m for word, m in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"),
+                                   ("dspark", "dspark")) if word in lowered), method)
 
 
 def padded(batch: int, graphs: Sequence[int]) -> int:

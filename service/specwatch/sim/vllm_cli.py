@@ -83,10 +83,31 @@ class SpecConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class VLLMSpec:
-    spec: model.SpecConfig
+    spec: model.SpecConfig  # its algorithm: the method vLLM settles on (``vllm_method``)
     draft_cost: float
     ignored: list[str]
     schedule: object = None  # num_speculative_tokens_per_batch_size as given (validated against max_num_seqs)
+    replaced: str = ""  # a *_mtp method given, which vLLM replaces with mtp (and says so)
+
+
+def vllm_method(method: str | None, model_name: object) -> str:
+    """The method vLLM runs, as ``SpeculativeConfig.__post_init__`` settles it (0.33.0 config/speculative.py:
+    1236-1250, 1432-1473): none given is ``custom_class`` for a dotted import path, ``ngram`` for the model
+    ``ngram``/``[ngram]``, else ``draft_model``; every ``*_mtp`` is ``mtp``; a model-based method other than
+    eagle, eagle3, dflash and dspark takes the one its draft model's name says."""
+    name = model_name if isinstance(model_name, str) else None
+    if method is None:
+        parts = (name or "").split(".")
+        if (name is not None and "/" not in name and not name.startswith(("http://", "https://", "file://"))
+                and len(parts) >= 2 and all(p.isidentifier() for p in parts)):
+            return "custom_class"
+        method = "ngram" if name in ("ngram", "[ngram]") else "draft_model"
+    method = "mtp" if method.endswith("_mtp") else "ngram" if method == "[ngram]" else method
+    if name is None or method in ("ngram", "ngram_gpu", "suffix", "eagle", "eagle3", "dflash", "dspark"):
+        return method
+    lowered = name.lower()
+    return next((m for word, m in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"),
+                                   ("dspark", "dspark")) if word in lowered), method)
 
 
 def spec_from_config(raw: str | None) -> VLLMSpec:
@@ -108,22 +129,23 @@ def spec_from_config(raw: str | None) -> VLLMSpec:
     if unknown:
         raise SpecConfigError(f"--speculative-config: key {unknown[0]!r} cannot be simulated (simulated: "
                               f"{', '.join(SIMULATED_KEYS)}; accepted and ignored: {', '.join(sorted(IGNORED_KEYS))})")
-    method = cfg.get("method")
-    if method is None:
-        method = "draft_model" if cfg.get("model") else None
-    if not isinstance(method, str):
+    given = cfg.get("method")
+    if (given is None and not cfg.get("model")) or (given is not None and not isinstance(given, str)):
         raise SpecConfigError("--speculative-config: key 'method' is required (e.g. \"ngram\", \"eagle3\", \"mtp\")")
-    base = "mtp" if method.endswith("_mtp") else method
-    if base not in METHODS:
-        raise SpecConfigError(f"--speculative-config: key 'method': {method!r} is not one of "
+    if isinstance(given, str) and ("mtp" if given.endswith("_mtp") else given) not in METHODS:
+        raise SpecConfigError(f"--speculative-config: key 'method': {given!r} is not one of "
                               f"{', '.join(sorted(METHODS))} (or a *_mtp method)")
+    method = vllm_method(given, cfg.get("model"))
+    if method not in METHODS:
+        raise SpecConfigError(f"--speculative-config: a {method} proposer cannot be simulated")
     k = cfg.get("num_speculative_tokens")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SPEC_TOKENS:
         raise SpecConfigError(f"--speculative-config: key 'num_speculative_tokens' must be an integer from 1 to "
                               f"{MAX_SPEC_TOKENS}, got {k!r}")
     ignored = sorted(key for key in cfg if key in IGNORED_KEYS)
-    return VLLMSpec(model.SpecConfig(algorithm=method, num_steps=k, topk=1, num_draft_tokens=k + 1), METHODS[base],
-                    ignored, cfg.get(SCHEDULE_KEY))
+    replaced = given if isinstance(given, str) and given.endswith("_mtp") else ""
+    return VLLMSpec(model.SpecConfig(algorithm=method, num_steps=k, topk=1, num_draft_tokens=k + 1), METHODS[method],
+                    ignored, cfg.get(SCHEDULE_KEY), replaced)
 
 
 def validation_error(extra: list[str], cfg: dict[str, Any]) -> str:
@@ -182,10 +204,13 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     try:
         vs = spec_from_config(args.speculative_config)
         args.spec, args.draft_cost, args.ignored_keys = vs.spec, vs.draft_cost, vs.ignored
+        args.replaced = vs.replaced
         args.schedule, args.schedule_dropped = None, ""
-        if vs.schedule is not None and vs.spec.algorithm not in SCHEDULE_METHODS:
-            args.schedule_dropped = (f"Dynamic speculative decoding is not supported for method "
-                                     f"{vs.spec.algorithm!r}; ignoring {SCHEDULE_KEY}.")
+        if vs.schedule is not None and vs.spec.algorithm not in SCHEDULE_METHODS:  # vllm.py:1088-1108
+            args.schedule_dropped = (f"Dynamic speculative decoding is not supported with the '{vs.spec.algorithm}' "
+                                     "speculative method on Model Runner V1. Disabling num_speculative_tokens_per_batch"
+                                     "_size and falling back to static num_speculative_tokens="
+                                     f"{vs.spec.num_steps}.")
         elif vs.schedule is not None:
             args.schedule = steps.BatchSchedule(steps.batch_schedule(vs.schedule, args.max_num_seqs,
                                                                      vs.spec.num_steps))
@@ -256,8 +281,8 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     sink = LogSink(not args.quiet, args.log_file)
     pid = os.getpid()
 
-    def info(msg: str, where: str = "api_server.py:1890") -> None:
-        sink(vllm_logfmt.prefix(gen, time.time(), pid, where) + msg)
+    def info(msg: str, where: str = "api_server.py:1890", level: str = "INFO") -> None:
+        sink(vllm_logfmt.prefix(gen, time.time(), pid, where, level) + msg)
 
     settings = EngineSettings(profile=sim_profile(args), spec=args.spec,
                               max_running_requests=args.max_num_seqs, log_decode=False, log_prefill=False,
@@ -270,8 +295,10 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     info(f"non-default args: {ident.server_args}", "utils.py:253")
     if unknown:
         info(f"specwatch sim: ignoring flags it does not simulate: {' '.join(unknown)}")
+    if args.replaced:
+        info(f"method `{args.replaced}` is deprecated and replaced with mtp.", "speculative.py:1247", "WARNING")
     if args.schedule_dropped:
-        info(args.schedule_dropped, "vllm.py:1100")
+        info(args.schedule_dropped, "vllm.py:1100", "WARNING")
     if args.ignored_keys:
         info(f"specwatch sim: ignoring speculative-config keys it does not simulate: {', '.join(args.ignored_keys)}")
     if args.load_seconds > 0:

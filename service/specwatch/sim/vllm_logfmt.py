@@ -57,12 +57,12 @@ class Lifetime:
     num_spec_tokens: int
 
 
-def prefix(generation: str, wall_s: float, pid: int, where: str) -> str:
+def prefix(generation: str, wall_s: float, pid: int, where: str, level: str = "INFO") -> str:
     stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(wall_s))
     if generation == "v0":
-        return f"INFO {stamp} {where}] "
+        return f"{level} {stamp} {where}] "
     proc = f"(APIServer pid={pid}) " if generation == "current" else ""
-    return f"{proc}INFO {stamp} [{where}] "
+    return f"{proc}{level} {stamp} [{where}] "
 
 
 def engine_line(generation: str, iv: Interval, wall_s: float, pid: int) -> str:
