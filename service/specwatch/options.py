@@ -9,8 +9,10 @@ command turns the validated values into its own typed settings.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -319,15 +321,29 @@ def key_source(api_key_file: str | None, api_key: str | None, env_name: str = "S
     return "it needs an API key: give it in SPECWATCH_API_KEY or --api-key-file"
 
 
+def to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def foreign_variable(name: str) -> str:
+    """The warning for a ``SPECWATCH_*`` variable that is no option of any command."""
+    close = difflib.get_close_matches(name[len(ENV_PREFIX):].lower(), OPTIONS, n=1, cutoff=0.8)
+    hint = f" (did you mean {ENV_PREFIX}{close[0].upper()}?)" if close else ""
+    return f"specwatch: warning: ignoring {name}: no specwatch option is called that{hint}"
+
+
 def layer(defaults: Mapping[str, Any], flags: Mapping[str, Any], environ: Mapping[str, str] | None,
-          file: Mapping[str, Any] | None = None, file_name: str = "") -> dict[str, Any]:
+          file: Mapping[str, Any] | None = None, file_name: str = "",
+          warn: Callable[[str], None] = to_stderr) -> dict[str, Any]:
     """The one layering of every command: flags > environment (``SPECWATCH_*``) > config file > default. Each
     layer is validated against the command's options and an error names the layer and the key. A variable that
     is another command's option is left to it (one environment may serve the daemon and a bench job); one that
-    is no option at all is refused."""
-    env = {k[len(ENV_PREFIX):].lower(): v for k, v in (environ or {}).items()
-           if k.startswith(ENV_PREFIX) and k != ENV_PREFIX + "CONFIG"}
-    env = {k: v for k, v in env.items() if k in defaults or k not in OPTIONS}
+    is no option at all (a wrapper script's ``SPECWATCH_VENV``, a misspelt option) is not ours to refuse: it is
+    named in a warning (``warn``, stderr) and ignored. A config file is ours: an unknown key in it is refused."""
+    named = {k: v for k, v in (environ or {}).items() if k.startswith(ENV_PREFIX) and k != ENV_PREFIX + "CONFIG"}
+    for name in sorted(k for k in named if k[len(ENV_PREFIX):].lower() not in OPTIONS):
+        warn(foreign_variable(name))
+    env = {k[len(ENV_PREFIX):].lower(): v for k, v in named.items() if k[len(ENV_PREFIX):].lower() in defaults}
     out = dict(defaults)
     if file:
         out |= validate(file, f"config file {file_name}", defaults)

@@ -2,6 +2,7 @@
 and its timing model, per-token ITL vs per-chunk gap, open-loop coordinated omission, and every failure."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,19 @@ def al_tolerance(rounds: int, steps: int = 5) -> float:
     mean = sum(k * p for k, p in enumerate(probs))
     var = sum(k * k * p for k, p in enumerate(probs)) - mean**2
     return 4 * (var / rounds) ** 0.5
+
+
+def test_a_variable_that_is_no_option_is_a_warning_not_a_refusal(procs, tmp_path):
+    sim = procs.sim(*SPEC5, "--profile", "fast")
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "SPECWATCH_VENV": "x", "SPECWATCH_MAX_TOKEN": "3", "SPECWATCH_NUM_RUNS": "2"}
+    p = subprocess.run(specwatch_cmd("bench", "--server-url", sim.url, "--max-tokens", "8", "--warmup", "0",
+                                     "--json", str(out)), capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads(out.read_text())["results"]["ok"] == 2  # the options in the environment still apply
+    assert "specwatch: warning: ignoring SPECWATCH_VENV: no specwatch option is called that\n" in p.stderr
+    assert ("specwatch: warning: ignoring SPECWATCH_MAX_TOKEN: no specwatch option is called that (did you mean "
+            "SPECWATCH_MAX_TOKENS?)") in p.stderr
 
 
 @pytest.mark.parametrize(("api", "concurrency", "requests", "max_tokens"),

@@ -32,8 +32,6 @@ def test_env_booleans_and_config_path_from_env(tmp_path):
 
 @pytest.mark.parametrize(("argv", "env", "toml", "message"), [
     ((), {}, 'server_url = "http://x:1"\nmax_token = 5\n', "config file {f}: unknown option 'max_token'"),
-    ((), {"SPECWATCH_SERVER_URL": "http://x:1", "SPECWATCH_RATEE": "1"}, None,
-     "environment (SPECWATCH_*): unknown option 'ratee'"),
     (("--server-url", "ftp://x"), {}, None, "command line: server_url: 'ftp://x' must start with http://"),
     (("--server-url", "http://x:1/v1"), {}, None, "must be a base URL without a path"),
     (("--server-url", "http://x:1", "--max-tokens", "ten"), {}, None, "max_tokens: expected int, got 'ten'"),
@@ -75,12 +73,35 @@ def test_one_layering_for_every_command_flags_over_env_over_file_over_default():
                                                         "SPECWATCH_LOG_FILE": "daemon.log"},
                         {"max_tokens": 6, "num_runs": 6, "warmup": 6}, "f.toml")
     assert got == {"max_tokens": 9, "num_runs": 7, "warmup": 6, "temperature": 0.0}  # log_file: run's, left to it
-    with pytest.raises(ConfigError, match=r"^environment \(SPECWATCH_\*\): unknown option 'bogus'"):
-        options.layer(defaults, {}, {"SPECWATCH_BOGUS": "1"})
     with pytest.raises(ConfigError, match=r"^config file f.toml: unknown option 'log_file'"):
         options.layer(defaults, {}, {}, {"log_file": "x"}, "f.toml")
     with pytest.raises(ConfigError, match=r"^environment \(SPECWATCH_\*\): max_tokens"):
         options.layer(defaults, {}, {"SPECWATCH_MAX_TOKENS": "-1"})
+
+
+@pytest.mark.parametrize(("environ", "warned"), [
+    ({"SPECWATCH_VENV": "/opt/venv"}, ["specwatch: warning: ignoring SPECWATCH_VENV: no specwatch option is called "
+                                       "that"]),
+    ({"SPECWATCH_MAX_TOKEN": "5", "SPECWATCH_BOGUS": "1"},  # sorted; a near miss gets a hint
+     ["specwatch: warning: ignoring SPECWATCH_BOGUS: no specwatch option is called that",
+      "specwatch: warning: ignoring SPECWATCH_MAX_TOKEN: no specwatch option is called that (did you mean "
+      "SPECWATCH_MAX_TOKENS?)"]),
+    ({"SPECWATCH_LOG_FILE": "d.log", "SPECWATCH_CONFIG": "f.toml", "SPECWATCHER": "x", "HOME": "/root"}, []),
+])
+def test_a_variable_that_is_no_option_is_named_in_a_warning_and_ignored(environ, warned):
+    defaults = {"max_tokens": 500, "num_runs": 5}
+    seen: list[str] = []
+    got = options.layer(defaults, {}, {**environ, "SPECWATCH_NUM_RUNS": "7"}, warn=seen.append)
+    assert got == {"max_tokens": 500, "num_runs": 7} and seen == warned
+
+
+def test_the_daemons_config_warns_of_a_foreign_variable_on_stderr_and_starts(capsys):
+    cfg = config.read(args("--server-url", "http://x:1"), {"SPECWATCH_VENV": "/opt/venv", "SPECWATCH_RATEE": "1",
+                                                          "SPECWATCH_MAX_TOKENS": "9"})
+    assert cfg.max_tokens == 9
+    assert capsys.readouterr().err.splitlines() == [
+        "specwatch: warning: ignoring SPECWATCH_RATEE: no specwatch option is called that",
+        "specwatch: warning: ignoring SPECWATCH_VENV: no specwatch option is called that"]
 
 
 def test_every_dataclass_default_is_the_option_tables():
