@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "real"))
-pytest_plugins = ["realserver"]  # the real vLLM tier's fixtures (tests/real/realserver.py)
+pytest_plugins = ["realserver", "sglangserver"]  # the real tiers' fixtures (tests/real/)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -220,7 +220,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     comparisons, in the summary whether captured or not."""
     real = sys.modules.get("realserver")
     if real is not None and (lines := real.summary_lines()):
-        terminalreporter.section("real vLLM server tier")
+        terminalreporter.section("real-server tier (vLLM, SGLang)")
         for line in lines:
             terminalreporter.write_line("  " + line)
     raw = getattr(sys.modules.get("test_raw_http"), "ROWS", [])
