@@ -4,6 +4,7 @@ count, each against what the server itself printed or exported."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -43,6 +44,9 @@ def test_daemon_reads_the_real_log_and_metrics(speculative_sglang, procs):
         from_log = gauge(text, "specwatch_server_accept_length", source="log")
         from_scrape = gauge(text, "specwatch_server_accept_length", source="scrape")
         running = gauge(text, "specwatch_server_running_requests", source="log")
+        client = gauge(text, "specwatch_probe_accept_length", target="spec", window="cumulative")
+        if client is None or math.isnan(client):
+            return None  # no probe has finished yet
         if from_log != lines[-1].accept_length or from_scrape != scraped["sglang:spec_accept_length"] \
                 or running != lines[-1].running:
             return None  # the daemon has not read the newest line or scrape yet
