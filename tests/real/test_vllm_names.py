@@ -10,7 +10,7 @@ import re
 import vllm_env
 
 from specwatch.analysis import engine_flags
-from specwatch.sim import vllm_cli
+from specwatch.sim import vllm_spec
 
 # where each kind of name is defined in the wheel
 WHERE = {"--": "engine/arg_utils.py", "VLLM_": "envs.py", "": "config/speculative.py"}
@@ -42,5 +42,5 @@ def test_the_simulators_speculative_config_keys_are_the_installed_vllms_fields(v
     end = re.compile(r"^\S", re.M).search(text, text.index("\n", start))  # the next top-level statement
     body = text[start:end.start() if end else len(text)]
     fields = set(re.findall(r"^    ([a-z_]+): ", body, re.M))
-    assert fields == vllm_cli.FIELDS_0_32, (fields ^ vllm_cli.FIELDS_0_32)
-    assert set(vllm_cli.SIMULATED_KEYS) | vllm_cli.IGNORED_KEYS <= fields
+    assert fields == vllm_spec.FIELDS_0_32, (fields ^ vllm_spec.FIELDS_0_32)
+    assert set(vllm_spec.SIMULATED_KEYS) | vllm_spec.IGNORED_KEYS <= fields

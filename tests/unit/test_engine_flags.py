@@ -11,6 +11,7 @@ import shlex
 import pytest
 
 from specwatch.analysis import engine_flags as ef
+from specwatch.analysis import engine_routing as routing
 from specwatch.analysis.engine_flags import ServerSetup
 from specwatch.results import ConfigResult
 
@@ -76,7 +77,7 @@ def test_a_method_vllm_0_33_drops_the_schedule_for_is_said():
     ({"method": "ngram", "model": "x/eagle3"}, "ngram"),
 ])
 def test_the_method_is_the_one_vllm_settles_on(cfg, method):
-    assert ef.vllm_method(cfg) == method
+    assert routing.vllm_method(cfg) == method
 
 
 @pytest.mark.parametrize(("cfg", "kept"), [
@@ -200,7 +201,7 @@ def test_sglangs_own_router_runs_the_printed_slots_where_the_sweep_measured_them
 @pytest.mark.parametrize("batch", range(1, 70))
 def test_the_advice_routes_a_batch_as_sglangs_router_does(pad_to, batch):
     keys = (1, 5, 9, 16, 31, 40)
-    assert ef.slot_for(batch, keys, pad_to) == sglang_route(batch, keys, pad_to)
+    assert routing.slot_for(batch, keys, pad_to) == sglang_route(batch, keys, pad_to)
 
 
 def test_sglang_slots_follow_the_servers_own_graph_sizes_and_raise_the_batch_cap():
@@ -243,7 +244,7 @@ def test_sglang_0_5_13_has_slots_without_zero():
     (50, (1, 2, 4, 8, 16, 32), (50, 50)), (20, (1, 2, 4, 8, 16, 32), (32, 17)),
 ])
 def test_a_slot_key_takes_the_batches_above_the_graph_size_before_it(lo, graphs, want):
-    assert ef.slot_key(lo, graphs) == want
+    assert routing.slot_key(lo, graphs) == want
 
 
 GRAPH_CONFIG_0_5_23 = {"decode": {"backend": "full", "max_bs": 256, "bs": default_decode_graphs_0_5_13(256)},
@@ -262,7 +263,7 @@ GRAPH_CONFIG_0_5_23 = {"decode": {"backend": "full", "max_bs": 256, "bs": defaul
     ({}, ()), ({"cuda_graph_bs_decode": "1 2"}, ()),
 ])
 def test_the_routers_graph_sizes_come_from_the_servers_info(info, want):
-    assert ef.router_graphs(info) == want
+    assert routing.router_graphs(info) == want
 
 
 def config(label, steps, info, command=None, spec_cfg=None):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specwatch.sim import cli, vllm_cli
+from specwatch.sim import cli, vllm_cli, vllm_spec
 
 SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1"]
 
@@ -64,14 +64,14 @@ def unexpected(key: str, value: str, kind: str) -> str:
     ({"parallel_drafting": True}, "key 'parallel_drafting' cannot be simulated"),
 ])
 def test_a_speculative_config_key_vllm_has_no_field_for_stops_it_as_vllm_does(config, message):
-    with pytest.raises(vllm_cli.SpecConfigError) as e:
-        vllm_cli.spec_from_config(json.dumps({"method": "ngram", "num_speculative_tokens": 3, **config}))
+    with pytest.raises(vllm_spec.SpecConfigError) as e:
+        vllm_spec.spec_from_config(json.dumps({"method": "ngram", "num_speculative_tokens": 3, **config}))
     assert message in str(e.value)
 
 
 def test_every_key_the_vllm_simulator_takes_is_a_speculative_config_field():
-    assert set(vllm_cli.SIMULATED_KEYS) | vllm_cli.IGNORED_KEYS <= vllm_cli.FIELDS_0_32
-    got = vllm_cli.spec_from_config('{"method": "eagle3", "num_speculative_tokens": 2, "model": "m", '
+    assert set(vllm_spec.SIMULATED_KEYS) | vllm_spec.IGNORED_KEYS <= vllm_spec.FIELDS_0_32
+    got = vllm_spec.spec_from_config('{"method": "eagle3", "num_speculative_tokens": 2, "model": "m", '
                                     '"prompt-lookup-max": 4}')
     assert got.ignored == ["model", "prompt_lookup_max"]
 
@@ -105,5 +105,5 @@ def test_the_0_33_schedule_gate_reads_the_method_vllm_settles_on(config, method,
 
 
 def test_a_custom_proposer_class_is_refused():
-    with pytest.raises(vllm_cli.SpecConfigError, match="a custom_class proposer cannot be simulated"):
-        vllm_cli.spec_from_config('{"model": "my_pkg.Proposer", "num_speculative_tokens": 2}')
+    with pytest.raises(vllm_spec.SpecConfigError, match="a custom_class proposer cannot be simulated"):
+        vllm_spec.spec_from_config('{"model": "my_pkg.Proposer", "num_speculative_tokens": 2}')
