@@ -86,7 +86,7 @@ def test_one_layering_for_every_command_flags_over_env_over_file_over_default():
      ["specwatch: warning: ignoring SPECWATCH_BOGUS: no specwatch option is called that",
       "specwatch: warning: ignoring SPECWATCH_MAX_TOKEN: no specwatch option is called that (did you mean "
       "SPECWATCH_MAX_TOKENS?)"]),
-    ({"SPECWATCH_LOG_FILE": "d.log", "SPECWATCH_CONFIG": "f.toml", "SPECWATCHER": "x", "HOME": "/root"}, []),
+    ({"SPECWATCH_LOG_FILE": "d.log", "SPECWATCH_CONFIG": "f.toml", "SPECWATCHER": "x", "PATH": "/usr/bin"}, []),
 ])
 def test_a_variable_that_is_no_option_is_named_in_a_warning_and_ignored(environ, warned):
     defaults = {"max_tokens": 500, "num_runs": 5}
