@@ -2,8 +2,9 @@
 
 import pytest
 
-from specwatch.analysis import advisor, cost_model
+from specwatch.analysis import advisor, cost_model, engine_flags
 from specwatch.analysis.cost_model import Measurement
+from specwatch.analysis.engine_flags import ServerSetup
 from specwatch.errors import AnalysisError
 from specwatch.sim import model
 
@@ -84,3 +85,24 @@ def test_a_convex_verify_cost_the_model_cannot_follow_shows_in_its_fit_error():
     assert f.rms_rel_error > 0.02  # the report prints this: the user is told the model does not fit
     text = advisor.report(ms, f, truth_tps(verify, 0), range(1, 13))
     assert f"fit error {100 * f.rms_rel_error:.1f}% rms" in text
+
+
+def test_a_lookup_or_tree_drafter_gets_no_predicted_widths():
+    """NGRAM's (or a tree's) acceptance at one width says nothing of another: the report shows what was measured
+    and predicts nothing (Model-Optimizer's measured_per_k), naming the best measured configuration."""
+    ms = [Measurement("baseline", 0, 1, 90.0, 90.0, 1.0), Measurement("draft=2", 2, 2, 120.0, 120.0, 1.9),
+          Measurement("draft=4", 4, 4, 150.0, 150.0, 3.1)]
+    text = advisor.report(ms, cost_model.fit(ms), 90.0, range(1, 13), chain=False)
+    assert "Predicted (decode" not in text and "Best predicted" not in text
+    assert "best measured: draft=4 at 150.0 tok/s" in text
+
+
+@pytest.mark.parametrize(("setup", "chain"), [
+    (ServerSetup("sglang", algorithm="EAGLE3", topk=1), True),
+    (ServerSetup("sglang", algorithm="EAGLE", topk=4), False),
+    (ServerSetup("sglang", algorithm="NGRAM", topk=1), False),
+    (ServerSetup("vllm", speculative_config={"method": "ngram", "num_speculative_tokens": 3}), False),
+    (ServerSetup("vllm", speculative_config={"method": "deepseek_mtp", "num_speculative_tokens": 1}), True),
+    (ServerSetup("unknown"), True)])
+def test_which_drafters_extrapolate(setup, chain):
+    assert engine_flags.chain_draft(setup) is chain

@@ -294,3 +294,25 @@ def test_the_setup_comes_from_the_deepest_speculative_configuration():
 def test_an_unknown_server_gets_both_engines_and_the_two_pool_way():
     got = ef.advise(RANGES, ServerSetup("unknown"), "out")
     assert [a.engine for a in got] == ["vllm", "sglang"]
+
+
+@pytest.mark.parametrize(("setup", "flags", "says"), [
+    (ServerSetup("sglang", "0.5.23", algorithm="NGRAM", topk=1), "--speculative-algorithm NGRAM "
+     "--speculative-num-draft-tokens 4", "launch NGRAM with 4 draft tokens"),
+    (ServerSetup("sglang", "0.5.23", algorithm="NGRAM", topk=10), "", "breadth-10 tree"),
+    (ServerSetup("sglang", "0.5.23", algorithm="EAGLE3", topk=1), "--speculative-algorithm EAGLE3 "
+     "--speculative-eagle-topk 1 --speculative-num-steps 4 --speculative-num-draft-tokens 5", "4 draft steps"),
+])
+def test_sglangs_static_advice_names_the_knob_each_algorithm_has(setup, flags, says):
+    """NGRAM has no steps flag: its steps are the draft tokens over the tree's breadth (SGLang 0.5.23
+    speculative_hook.py:1310-1329); --speculative-eagle-topk and --speculative-num-steps are EAGLE's."""
+    (advice,) = ef.static_advice(4, setup)
+    assert advice.flags == flags and says in advice.headline
+
+
+def test_one_step_count_at_every_load_prints_its_flags_not_keep_the_launch_flags():
+    """A sweep's winner at every load is the flags to paste: the same generator as the one-step advice."""
+    setup = ServerSetup("sglang", "0.5.23", algorithm="NGRAM", topk=1)
+    advice = ef.sglang_advice([(1, 4, 4)], setup, "out")
+    assert advice.flags == "--speculative-algorithm NGRAM --speculative-num-draft-tokens 4"
+    assert advice.headline.startswith("SGLang: 4 steps win at every load measured (no schedule needed): launch NGRAM")

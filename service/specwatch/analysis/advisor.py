@@ -22,7 +22,9 @@ def from_results(configs: Sequence[ConfigResult]) -> list[Measurement]:
     return out
 
 
-def report(ms: list[Measurement], f: Fit, baseline_tps: float | None, predict: range) -> str:
+def report(ms: list[Measurement], f: Fit, baseline_tps: float | None, predict: range, chain: bool = True) -> str:
+    """The fit, the measured table and, for a chain draft (``engine_flags.chain_draft``), predictions for every
+    step count in ``predict``; a lookup or tree drafter's widths must each be measured, so none is predicted."""
     lines = ["Cycle model: cycle(s) = s x draft_step + verify(d), "
              "verify(d) = verify_1 + extra x (1 - exp(-(d-1)/tau))",
              f"  draft step {f.draft_step_s * 1e3:.2f} ms, verify_1 {f.verify_1_s * 1e3:.2f} ms, extra "
@@ -38,6 +40,12 @@ def report(ms: list[Measurement], f: Fit, baseline_tps: float | None, predict: r
                      f"{m.accept_length:>8.2f}{cyc * 1e3:>10.2f}{100 * draft / cyc:>6.0f}%"
                      f"{100 * (cyc - draft) / cyc:>7.0f}%"
                      f"{be:>12}")
+    if not chain:
+        best_m = max(ms, key=lambda m: m.decode_tokens_per_second)
+        lines += ["", "Predicted: none. This server drafts by lookup (NGRAM, ngram, suffix) or as a tree (topk > 1): "
+                      "one width's acceptance does not extrapolate to another, so each must be measured (sweep it); "
+                      f"best measured: {best_m.label} at {best_m.decode_tokens_per_second:.1f} tok/s"]
+        return "\n".join(lines)
     tested = {m.steps for m in ms}
     lines += ["", "Predicted (decode tok/s):"]
     for s in predict:

@@ -164,6 +164,17 @@ def setup_from_info(info: Mapping[str, Any], engine: str | None = None,
     return ServerSetup("unknown")
 
 
+def chain_draft(setup: ServerSetup) -> bool:
+    """Whether one draft width's per-position acceptance predicts another's: a chain a model drafts (EAGLE/EAGLE3
+    with topk 1, MTP, a draft model), not a lookup (SGLang NGRAM, vLLM ngram/suffix) or a tree (topk > 1) --
+    Model-Optimizer's ``chain_analytic`` against ``measured_per_k``. Unknown servers are taken as chains."""
+    if setup.engine == "sglang":
+        return (setup.algorithm or "EAGLE3").upper() in SGLANG_ADAPTIVE_ALGORITHMS and setup.topk in (None, 1)
+    if setup.engine == "vllm" and setup.speculative_config:
+        return vllm_method(setup.speculative_config) in ("eagle", "eagle3", "mtp", "draft_model")
+    return True
+
+
 def static_advice(k: int, setup: ServerSetup) -> list[EngineAdvice]:
     """One step count at every load: the flags that run ``k`` draft steps (0: plain decoding)."""
     out = []
@@ -182,6 +193,8 @@ def static_advice(k: int, setup: ServerSetup) -> list[EngineAdvice]:
     if setup.engine in ("sglang", "unknown"):
         if k == 0:
             out.append(EngineAdvice("sglang", "SGLang: plain decoding wins: launch without --speculative-algorithm"))
+        elif (setup.algorithm or "").upper() == "NGRAM":
+            out.append(ngram_advice(k, setup))
         elif setup.topk not in (None, 1):
             out.append(EngineAdvice("sglang", f"SGLang: the advice is for a chain draft (topk 1; this server: "
                                               f"{setup.topk}): sweep the tree's steps instead"))
@@ -191,6 +204,19 @@ def static_advice(k: int, setup: ServerSetup) -> list[EngineAdvice]:
                                           f"--speculative-eagle-topk 1 --speculative-num-steps {k} "
                                           f"--speculative-num-draft-tokens {k + 1}"))
     return out
+
+
+def ngram_advice(k: int, setup: ServerSetup) -> EngineAdvice:
+    """SGLang's NGRAM at the server's step count ``k``: its steps are not a flag but ``--speculative-num-draft-tokens``
+    over the tree's breadth (``--speculative-ngram-max-bfs-breadth``, reported as ``speculative_eagle_topk``:
+    0.5.23 ``srt/arg_groups/speculative_hook.py:1310-1329``), so on a chain (breadth 1) k draft tokens give k
+    steps; on a wider tree the width that won is the sweep's, not derivable from k."""
+    if setup.topk not in (None, 1):
+        return EngineAdvice("sglang", f"SGLang NGRAM on a breadth-{setup.topk} tree: launch with the winning "
+                                      "configuration's --speculative-num-draft-tokens (steps are that over the "
+                                      "breadth, so k alone does not name it)")
+    return EngineAdvice("sglang", f"SGLang: launch NGRAM with {k} draft tokens (the rest unchanged):",
+                        flags=f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {k}")
 
 
 def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
@@ -234,9 +260,10 @@ def sglang_advice(ranges: Sequence[Range], setup: ServerSetup, out_dir: str) -> 
     if set(ks) == {0}:
         return EngineAdvice("sglang", "SGLang: plain decoding wins at every load measured: launch without "
                                       "--speculative-algorithm")
-    if len(set(ks)) == 1:
-        return EngineAdvice("sglang", f"SGLang: {ks[0]} steps win at every load measured: keep the launch flags "
-                                      "(no schedule needed)")
+    if len(set(ks)) == 1:  # no schedule needed: the one step count's flags
+        (one,) = static_advice(ks[0], replace(setup, engine="sglang"))
+        return replace(one, headline=f"SGLang: {ks[0]} steps win at every load measured (no schedule needed): "
+                                     + one.headline.removeprefix("SGLang: "))
     why = None
     v = version_tuple(setup.version)
     if setup.algorithm is not None and setup.algorithm.upper() not in SGLANG_ADAPTIVE_ALGORITHMS:

@@ -284,7 +284,8 @@ def explain(results: list[ConfigResult]) -> str:
     if len(ms) < 3:
         return ""
     base_decode = next((m.decode_tokens_per_second for m in ms if m.steps == 0), None)
-    advice = advisor.report(ms, cost_model.fit(ms), base_decode, range(1, max(12, *(m.steps for m in ms)) + 1))
+    advice = advisor.report(ms, cost_model.fit(ms), base_decode, range(1, max(12, *(m.steps for m in ms)) + 1),
+                            chain=engine_flags.chain_draft(engine_flags.setup_of(results)))
     print("\n" + advice)
     return advice
 
