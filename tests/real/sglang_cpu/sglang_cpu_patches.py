@@ -20,6 +20,7 @@ decoding:
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -53,13 +54,25 @@ def verify_extend(backend: Any, q: torch.Tensor, k: Any, v: Any, layer: Any, for
     n = int(spec.draft_token_num)
     bs = int(forward_batch.batch_size)
     mask = spec.custom_mask
+    seq_lens = forward_batch.seq_lens.tolist()
+    full = sum((int(s) + n) * n for s in seq_lens)
+    rows_of: list[torch.Tensor] = []  # request b's [n, seq_len + n] visibility, when the mask carries the prefix
     if mask is not None and mask.numel() == bs * n * n:
         tree = mask.reshape(bs, n, n).to(torch.bool)
     elif mask is None or mask.numel() == 0:
         tree = torch.ones(n, n, dtype=torch.bool, device=q.device).tril().expand(bs, n, n)  # a chain
+    elif mask.numel() == full:
+        # the full layout (build_tree_kernel_efficient's mode 0, and what a 0-step round of the adaptive
+        # controller verifies with): per request, n rows of seq_len + n entries, row-major, prefix included
+        starts = [0]
+        for s in seq_lens:
+            starts.append(starts[-1] + (int(s) + n) * n)
+        rows_of = [mask[a:b].reshape(n, -1).to(torch.bool) for a, b in itertools.pairwise(starts)]
+        tree = torch.stack([r[:, -n:] for r in rows_of])
     else:
         raise NotImplementedError(f"speculative verify on torch_native: a tree mask of {mask.numel()} entries for "
-                                  f"{bs} requests of {n} draft tokens (only n × n per request is covered by {STANDIN})")
+                                  f"{bs} requests of {n} draft tokens (n × n or (seq_len + n) × n per request is "
+                                  f"covered by {STANDIN})")
     o = q.new_empty((q.shape[0], layer.tp_q_head_num * layer.v_head_dim)) if layer.qk_head_dim != layer.v_head_dim \
         else torch.empty_like(q)
     _write_kv(backend, layer, forward_batch, k, v, save_kv_cache)
@@ -69,7 +82,6 @@ def verify_extend(backend: Any, q: torch.Tensor, k: Any, v: Any, layer: Any, for
     q_ = q.view(-1, layer.tp_q_head_num, layer.qk_head_dim).movedim(0, 1)  # [heads, tokens, dim]
     o_ = o.view(-1, layer.tp_q_head_num, layer.v_head_dim)
     gqa = layer.tp_q_head_num != layer.tp_k_head_num
-    seq_lens = forward_batch.seq_lens.tolist()
     rows = forward_batch.req_pool_indices.tolist()
     for b in range(bs):
         kv_len = int(seq_lens[b]) + n
@@ -79,8 +91,11 @@ def verify_extend(backend: Any, q: torch.Tensor, k: Any, v: Any, layer: Any, for
         query = q_[:, b * n:(b + 1) * n]
         if key.dtype != query.dtype:
             key, value = key.to(query.dtype), value.to(query.dtype)
-        visible = torch.ones(n, kv_len, dtype=torch.bool, device=q.device)
-        visible[:, kv_len - n:] = tree[b]
+        if rows_of:
+            visible = rows_of[b]
+        else:
+            visible = torch.ones(n, kv_len, dtype=torch.bool, device=q.device)
+            visible[:, kv_len - n:] = tree[b]
         out = scaled_dot_product_attention(query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0),
                                            attn_mask=visible, scale=layer.scaling, enable_gqa=gqa)
         o_[b * n:(b + 1) * n] = out.squeeze(0).movedim(0, 1)
