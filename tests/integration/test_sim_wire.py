@@ -281,3 +281,56 @@ async def test_sigterm_aborts_streams_in_flight_and_exits_promptly(procs):
     assert last == {"type": "abort", "message": "server shutting down"}
     assert rest.endswith(b"data: [DONE]\n\n")
     assert sim.popen.wait(10) == 0
+
+
+@pytest.fixture(scope="module")
+def ngram_sim(tmp_path_factory):
+    """The flags of the real 0.5.23 NGRAM server sampled in December 2026 (its /server_info, /metrics and
+    streamed /generate are what these tests pin)."""
+    from conftest import Procs
+    ps = Procs(tmp_path_factory.mktemp("ngram"))
+    p = ps.sim("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4",
+               "--speculative-ngram-max-bfs-breadth", "1", "--speculative-ngram-min-bfs-breadth", "1",
+               "--context-length", "2048", "--enable-metrics", "--seed", "1")
+    yield p
+    ps.stop_all()
+
+
+def test_ngram_reports_and_drafts_as_the_real_server(ngram_sim):
+    info = http_json(ngram_sim.url + "/server_info")
+    assert (info["speculative_algorithm"], info["speculative_num_steps"], info["speculative_eagle_topk"],
+            info["speculative_num_draft_tokens"], info["context_length"]) == ("NGRAM", 4, 1, 4, 2048)
+    events = sse_events(ngram_sim.url + "/generate", {"text": "Write a python function", "stream": True,
+                                                      "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}})
+    last = json.loads(events[-2])["meta_info"]
+    vct = last["spec_verify_ct"]
+    assert len(last["spec_correct_drafts_histogram"]) == 4 and sum(last["spec_correct_drafts_histogram"]) == vct
+    assert last["spec_num_proposed_drafts"] == 3 * vct
+    _, metrics = http_get(ngram_sim.url + "/metrics")
+    for name in ("sglang:spec_num_steps", "sglang:spec_num_draft_tokens"):
+        assert re.search(rf"^{name}\{{[^}}]*\}} 4\.0$", metrics.decode(), re.M), name
+
+
+def test_a_prompt_over_the_context_length_is_refused_as_sglang_refuses_it(ngram_sim):
+    message = "The input (2539 tokens) is longer than the model's context length (2048 tokens)."
+    ids = list(range(1, 2540))
+    events = sse_events(ngram_sim.url + "/generate", {"input_ids": ids, "stream": True})
+    assert events == [json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": 400,
+                                            "retryable": False}}, separators=(",", ":")).encode(), b"[DONE]"]
+    req = urllib.request.Request(ngram_sim.url + "/generate", data=json.dumps({"input_ids": ids}).encode())
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 400 and json.loads(e.value.read()) == {"error": {"message": message}}
+    long = " ".join(["word"] * 2538)  # + BOS: 2539 tokens
+    for path, body in (("/v1/completions", {"prompt": long}), ("/v1/chat/completions", {"messages": [
+            {"role": "user", "content": " ".join(["word"] * 2530)}]})):
+        for stream in (False, True):
+            req = urllib.request.Request(ngram_sim.url + path, data=json.dumps({**body, "stream": stream}).encode())
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=10)
+            err = json.loads(e.value.read())
+            assert e.value.code == 400 and (err["object"], err["type"], err["param"], err["code"]) == (
+                "error", "BadRequestError", None, 400)
+            assert err["message"].startswith("The input (") and "context length (2048 tokens)" in err["message"]
+    assert http_json(ngram_sim.url + "/v1/completions", {"prompt": "hi", "max_tokens": 2})["usage"][
+        "completion_tokens"] <= 2

@@ -107,3 +107,33 @@ def test_the_0_33_schedule_gate_reads_the_method_vllm_settles_on(config, method,
 def test_a_custom_proposer_class_is_refused():
     with pytest.raises(vllm_spec.SpecConfigError, match="a custom_class proposer cannot be simulated"):
         vllm_spec.spec_from_config('{"model": "my_pkg.Proposer", "num_speculative_tokens": 2}')
+
+
+NGRAM = ["--speculative-algorithm", "NGRAM"]
+
+
+@pytest.mark.parametrize(("argv", "reported", "chain"), [
+    # the real 0.5.23 server's /server_info for these flags: steps 4, topk 1, draft tokens 4
+    (["--speculative-num-draft-tokens", "4", "--speculative-ngram-max-bfs-breadth", "1",
+      "--speculative-ngram-min-bfs-breadth", "1"], (4, 1, 4), 3),
+    ([], (1, 10, 12), 11),  # defaults: 12 draft tokens (with its warning), breadth 10, 12 // 10 steps
+    (["--speculative-num-draft-tokens", "8", "--speculative-ngram-max-bfs-breadth", "4"], (2, 4, 8), 7),
+    (["--speculative-num-draft-tokens", "2", "--speculative-eagle-topk", "3"], (0, 10, 2), 1),  # topk overwritten
+    (["--speculative-num-draft-tokens", "6", "--speculative-num-steps", "2",
+      "--speculative-ngram-max-bfs-breadth", "1"], (2, 1, 6), 5),  # given steps are kept
+])
+def test_ngram_resolves_its_flags_as_sglang_0_5_23s_handle_ngram(argv, reported, chain):
+    args, unknown = cli.parse([*NGRAM, *argv])
+    assert unknown == []
+    info = cli.server_args(args, args.spec, 48)
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"],
+            info["speculative_num_draft_tokens"]) == reported
+    spec = args.spec  # simulated as a chain: draft tokens - 1 drafts a round, each a lookup of the chain
+    assert (spec.num_steps, spec.topk, spec.num_draft_tokens) == (chain, 1, reported[2])
+
+
+def test_context_length_is_in_server_info_and_defaults_to_the_old_max_model_len():
+    args, _ = cli.parse([])
+    assert cli.server_args(args, args.spec, 256)["context_length"] == 131072
+    args, _ = cli.parse(["--context-length", "2048"])
+    assert cli.server_args(args, args.spec, 256)["context_length"] == 2048

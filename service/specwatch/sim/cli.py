@@ -27,6 +27,7 @@ from .sglang_metrics import SGLangMetrics
 from .wire import ServerIdentity
 
 SIM_VERSION = "0.5.23"
+CONTEXT_LENGTH = 131072  # what the simulator's /v1/models has always reported as max_model_len
 ENGINES = ("sglang", "vllm")
 
 
@@ -45,7 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", default=None)
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
-    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None,
+                   help="NGRAM: tokens one verify round checks (default 12, as SGLang 0.5.23)")
+    p.add_argument("--speculative-ngram-min-bfs-breadth", type=int, default=1)
+    p.add_argument("--speculative-ngram-max-bfs-breadth", type=int, default=model.NGRAM_MAX_BFS_BREADTH,
+                   help="NGRAM: reported as speculative_eagle_topk, steps = draft tokens // this (SGLang 0.5.23); "
+                        "a tree wider than 1 is simulated as a chain of draft tokens - 1")
+    p.add_argument("--context-length", type=int, default=CONTEXT_LENGTH,
+                   help=f"refuse a prompt of this many tokens or more, as SGLang (default {CONTEXT_LENGTH})")
     p.add_argument("--speculative-adaptive", action="store_true",
                    help="SGLang 0.5.23's adaptive step count (EAGLE/EAGLE3, topk 1): per-batch-size slots")
     p.add_argument("--speculative-adaptive-config", default=None,
@@ -94,7 +102,7 @@ def pick_engine(argv: list[str]) -> tuple[str, list[str]]:
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    for name in ("port", "decode_log_interval", "stream_interval"):
+    for name in ("port", "decode_log_interval", "stream_interval", "context_length"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.max_running_requests is not None and args.max_running_requests < 1:
@@ -102,7 +110,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     check_sim_flags(parser, args)
     try:
         args.spec = model.SpecConfig.from_flags(args.speculative_algorithm, args.speculative_num_steps,
-                                                args.speculative_eagle_topk, args.speculative_num_draft_tokens)
+                                                args.speculative_eagle_topk, args.speculative_num_draft_tokens,
+                                                args.speculative_ngram_max_bfs_breadth)
     except ValueError as exc:
         parser.error(str(exc))
     for name in ("cuda_graph_bs_decode", "cuda_graph_bs_prefill"):
@@ -147,9 +156,12 @@ def server_args(args: argparse.Namespace, spec: model.SpecConfig, max_running: i
         "host": args.host, "port": args.port, "tp_size": 1, "dp_size": 1,
         "speculative_algorithm": spec.algorithm,
         "speculative_draft_model_path": args.speculative_draft_model_path,
-        "speculative_num_steps": spec.num_steps if spec.enabled else None,
-        "speculative_eagle_topk": spec.topk if spec.enabled else None,
+        "speculative_num_steps": spec.server_steps if spec.enabled else None,
+        "speculative_eagle_topk": spec.server_topk if spec.enabled else None,
         "speculative_num_draft_tokens": spec.num_draft_tokens if spec.enabled else None,
+        "speculative_ngram_min_bfs_breadth": args.speculative_ngram_min_bfs_breadth,
+        "speculative_ngram_max_bfs_breadth": args.speculative_ngram_max_bfs_breadth,
+        "context_length": args.context_length,
         "decode_log_interval": args.decode_log_interval, "stream_interval": args.stream_interval,
         "enable_metrics": args.enable_metrics, "max_running_requests": max_running,
         "log_level": args.log_level, "speculative_adaptive": args.speculative_adaptive,
@@ -180,12 +192,15 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
         info(f"specwatch sim: ignoring flags it does not simulate: {' '.join(unknown)}")
     if args.adaptive_off:
         info(args.adaptive_off)
+    if spec.algorithm == "NGRAM" and args.speculative_num_draft_tokens is None:
+        info(model.NGRAM_DRAFT_TOKENS_WARNING)
     engine = Engine(settings, sink)
     metrics = SGLangMetrics(args.served_model_name or args.model_path, engine) if args.enable_metrics else None
     if metrics is not None:
         engine.on_finish = metrics.on_finish
     ident = ServerIdentity(args.model_path, args.served_model_name or args.model_path, SIM_VERSION,
-                           server_args(args, spec, max_running), not args.ignore_continuous_usage_stats)
+                           server_args(args, spec, max_running), not args.ignore_continuous_usage_stats,
+                           context_length=args.context_length)
     info(f"server_args={ident.server_args}")
     if args.load_seconds > 0:
         info("Load weight begin. (simulated)")

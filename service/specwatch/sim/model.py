@@ -34,6 +34,12 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
+NGRAM_MAX_BFS_BREADTH = 10  # --speculative-ngram-max-bfs-breadth's default (srt/arg_groups/fields/spec.py:256-259)
+NGRAM_DEFAULT_DRAFT_TOKENS = 12  # speculative_hook.py:1314-1323
+# logged when NGRAM's draft tokens are not given (speculative_hook.py:1320-1323)
+NGRAM_DRAFT_TOKENS_WARNING = ("speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding. "
+                              "You can override this by explicitly setting --speculative-num-draft-tokens.")
+
 
 @dataclass(frozen=True, slots=True)
 class SpecConfig:
@@ -43,18 +49,32 @@ class SpecConfig:
     num_steps: int = 0
     topk: int = 1
     num_draft_tokens: int = 1
+    # what /server_info and /metrics report when it differs from the simulated chain (NGRAM's tree), else None
+    reported_steps: int | None = None
+    reported_topk: int | None = None
 
     @property
     def enabled(self) -> bool:
         return self.algorithm is not None and self.num_steps > 0
 
+    @property
+    def server_steps(self) -> int:
+        return self.num_steps if self.reported_steps is None else self.reported_steps
+
+    @property
+    def server_topk(self) -> int:
+        return self.topk if self.reported_topk is None else self.reported_topk
+
     @classmethod
     def from_flags(
-        cls, algorithm: str | None, steps: int | None, topk: int | None, draft_tokens: int | None
+        cls, algorithm: str | None, steps: int | None, topk: int | None, draft_tokens: int | None,
+        ngram_max_breadth: int = NGRAM_MAX_BFS_BREADTH,
     ) -> SpecConfig:
         if algorithm is None:
             return cls()
         algorithm = "EAGLE" if algorithm.upper() == "NEXTN" else algorithm.upper()
+        if algorithm == "NGRAM":
+            return cls.ngram(steps, draft_tokens, ngram_max_breadth)
         if steps is None and topk is None and draft_tokens is None:
             steps, topk, draft_tokens = 3, 1, 4  # SGLang 0.5.23 auto_choose_speculative_params
         steps = 5 if steps is None else steps
@@ -66,6 +86,21 @@ class SpecConfig:
         if draft_tokens < 2:
             raise ValueError("--speculative-num-draft-tokens must be >= 2")
         return cls(algorithm, steps, topk, draft_tokens)
+
+    @classmethod
+    def ngram(cls, steps: int | None, draft_tokens: int | None, breadth: int) -> SpecConfig:
+        """NGRAM as SGLang 0.5.23's ``_handle_ngram`` resolves it (srt/arg_groups/speculative_hook.py:1285-1330):
+        topk := --speculative-ngram-max-bfs-breadth, draft tokens 12 unless given, steps := draft tokens // topk
+        unless given (--speculative-eagle-topk is overwritten). A verify round checks ``draft_tokens`` tokens: the
+        simulator drafts them as a chain of ``draft_tokens - 1`` (exact at breadth 1; a wider tree is simulated as
+        that chain), and reports SGLang's steps and topk."""
+        if breadth < 1:
+            raise ValueError("--speculative-ngram-max-bfs-breadth must be >= 1")
+        draft_tokens = NGRAM_DEFAULT_DRAFT_TOKENS if draft_tokens is None else draft_tokens
+        if draft_tokens < 2:
+            raise ValueError("--speculative-num-draft-tokens must be >= 2")
+        return cls("NGRAM", draft_tokens - 1, 1, draft_tokens,
+                   reported_steps=draft_tokens // breadth if steps is None else steps, reported_topk=breadth)
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,6 +114,18 @@ class NativeAPI(Handlers):
                 })
         return meta
 
+    async def _refuse(self, request: web.Request, message: str, stream: bool) -> web.StreamResponse:
+        """A request SGLang's tokenizer manager refuses (ValueError): 400 ``{"error": {"message"}}``
+        (entrypoints/http_server.py:983-990, 2246-2250), or when streamed HTTP 200 with one error event and
+        ``[DONE]`` (http_server.py:957-975)."""
+        if not stream:
+            return json_response({"error": {"message": message}}, 400)
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        await resp.prepare(request)
+        error = {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}
+        await resp.write(b"data: " + orjson.dumps({"error": error}) + b"\n\ndata: [DONE]\n\n")
+        return resp
+
     async def generate(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await read_json(request)
@@ -138,6 +150,8 @@ class NativeAPI(Handlers):
             rid = body.get("rid") if isinstance(body.get("rid"), str) else None
         except BadRequest as exc:
             return json_response({"error": str(exc)}, 400)
+        if (refused := self.ident.over_context(ptoks)) is not None:
+            return await self._refuse(request, refused, stream)
         fault = self.faults.take()
         if (status := http_status(fault)) is not None:
             return json_response({"error": f"injected fault: HTTP {status}"}, status)

@@ -72,7 +72,8 @@ class OpenAIAPI(Handlers):
     async def models(self, request: web.Request) -> web.Response:
         name = self.ident.served_model_name
         return json_response({"object": "list", "data": [{"id": name, "object": "model", "created": int(time.time()),
-                                                  "owned_by": "sglang", "root": name, "max_model_len": 131072}]})
+                                                  "owned_by": "sglang", "root": name,
+                                                  "max_model_len": self.ident.context_length}]})
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._openai(request, chat=False)
 
@@ -85,12 +86,17 @@ class OpenAIAPI(Handlers):
         except BadRequest as exc:
             return json_response({"object": "error", "message": str(exc), "type": "BadRequestError", "param": None,
                           "code": 400}, 400)
+        ptoks = count_prompt_tokens(p.prompt)
+        if (refused := self.ident.over_context(ptoks)) is not None:
+            # 400 streamed or not: the stream is kick-started before its 200 (openai/serving_chat.py:2424-2428,
+            # serving_completions.py:208-212; the body from serving_base.py:205-221)
+            return json_response({"object": "error", "message": refused, "type": "BadRequestError", "param": None,
+                                  "code": 400}, 400)
         fault = self.faults.take()
         if (status := http_status(fault)) is not None:
             return json_response({"object": "error", "message": f"injected fault: HTTP {status}", "type": "Fault",
                                   "param": None, "code": status}, status)
-        req = self.new_request(request, p.prompt, count_prompt_tokens(p.prompt), p.max_new, p.ignore_eos,
-                               p.temperature, None, None)
+        req = self.new_request(request, p.prompt, ptoks, p.max_new, p.ignore_eos, p.temperature, None, None)
         oid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         if p.stream:
             return await self._stream(request, req, p, chat, oid, fault)

@@ -54,7 +54,7 @@ class SGLangMetrics:
         for c in (self.generation_tokens, self.prompt_tokens, self.requests, self.verify_calls):
             c.labels(**tok)
         spec = engine.s.spec
-        self._gauges["spec_num_steps"].labels(**sched).set(spec.num_steps)
+        self._gauges["spec_num_steps"].labels(**sched).set(spec.server_steps)
         self._gauges["spec_num_draft_tokens"].labels(**sched).set(spec.num_draft_tokens if spec.enabled else 0)
 
     def on_finish(self, req: SimRequest) -> None:
@@ -76,7 +76,9 @@ class SGLangMetrics:
         g["spec_accept_length"].labels(**lab).set(e.log.last_accept_length)
         g["spec_accept_rate"].labels(**lab).set(e.log.last_accept_rate)
         if e.s.spec.enabled:  # the running step count (SGLang reads it from the draft worker: adaptive moves it)
-            g["spec_num_steps"].labels(**lab).set(e.current_steps)
+            # NGRAM reports SGLang's draft tokens // breadth, not the simulated chain's depth
+            spec_steps = e.current_steps if e.s.spec.reported_steps is None else e.s.spec.reported_steps
+            g["spec_num_steps"].labels(**lab).set(spec_steps)
             g["spec_num_draft_tokens"].labels(**lab).set(e.current_steps + 1 if e.s.spec.topk == 1
                                                          else e.s.spec.num_draft_tokens)
         return generate_latest(self.registry)

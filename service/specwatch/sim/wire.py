@@ -34,6 +34,15 @@ class ServerIdentity:
     version: str
     server_args: dict[str, Any]
     continuous_usage: bool = True  # honours stream_options.continuous_usage_stats (SGLang 0.5.4.post2+, vLLM)
+    context_length: int | None = None  # SGLang's --context-length; None: no prompt is refused
+
+    def over_context(self, prompt_tokens: int) -> str | None:
+        """SGLang 0.5.23's refusal of a prompt that fills the context (managers/tokenizer_manager.py:1337-1351:
+        input tokens >= context length, without --allow-auto-truncate), or None."""
+        if self.context_length is None or prompt_tokens < self.context_length:
+            return None
+        return (f"The input ({prompt_tokens} tokens) is longer than the model's context length "
+                f"({self.context_length} tokens).")
 
 
 def json_response(obj: Any, status: int = 200) -> web.Response:
