@@ -53,6 +53,11 @@ KNOWN = {
     "--enable-metrics": ("SGLang", "all", "server_args; /metrics"),
     "sglang:spec_num_steps": ("SGLang", ">= 0.5.13", "metrics_collector.py; the running step count"),
     "sglang:num_running_reqs": ("SGLang", "all", "metrics_collector.py"),
+    "sglang:spec_accept_length": ("SGLang", ">= 0.4.1.post7", "metrics_collector.py; the last decode-log window's"),
+    "sglang:spec_verify_calls_total": ("SGLang", ">= 0.5.13", "metrics_collector.py; sum of finished spec_verify_ct"),
+    "sglang:generation_tokens_total": ("SGLang", "all", "metrics_collector.py"),
+    "--speculative-ngram-max-bfs-breadth": ("SGLang", "0.5.x", "arg_groups/fields/spec.py:256 (0.5.23); NGRAM's "
+                                            "tree breadth, reported as speculative_eagle_topk"),
 }
 SOURCES = ["README.md", "docs/*.md", "deploy/**/*.yml", "deploy/**/*.yaml", "grafana/*.json"]
 
