@@ -12,12 +12,14 @@ import re
 import shlex
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from realserver import COMPARISONS, RealServer
+from realserver import COMPARISONS, TIMINGS, RealServer
 from sglang_truth import metrics
+from sglangserver import launch
 from sglangserver import start_printed as start
 
 from conftest import specwatch_cmd
@@ -150,3 +152,16 @@ def test_the_deploy_files_sglang_command_starts_sglang(sglang_installed, tmp_pat
     want = dict(zip(flags[::2], flags[1::2], strict=False))
     assert info["speculative_num_steps"] == int(want["--speculative-num-steps"])
     assert info["speculative_num_draft_tokens"] == int(want["--speculative-num-draft-tokens"])
+
+
+def test_cuda_graph_bs_is_no_0_5_23_flag(sglang_installed, tmp_path):
+    """What specwatch no longer prints: 0.5.23's parser stops on --cuda-graph-bs as an ambiguous prefix."""
+    t0 = time.monotonic()
+    server = launch(tmp_path, "sglang-cuda-graph-bs", extra=("--cuda-graph-bs", "1", "2", "4"))
+    try:
+        assert server.popen.wait(120) != 0
+    finally:
+        server.stop()
+    assert "ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill" in \
+        server.output(), server.output()[-2000:]
+    TIMINGS["sglang refusing --cuda-graph-bs (s)"] = time.monotonic() - t0

@@ -70,3 +70,12 @@ def test_openai_endpoints_count_what_the_server_counted(sglang, api, tmp_path):
     COMPARISONS.append(f"bench {server.log.stem} /v1/{api}: tokens {tokens} = sglang:generation_tokens_total; "
                        f"tokens per chunk {sum(later) / len(later):.2f}; accept length client "
                        f"{doc['results']['accept_length_client']}")
+
+
+def test_detection_asks_server_info_and_leaves_no_deprecation_warning(sglang, tmp_path):
+    """0.5.23 logs a deprecation warning on every call of /get_server_info: specwatch asks /server_info."""
+    server = sglang["ngram"]
+    n0 = len(server.output())
+    bench(server.url, tmp_path, "--max-tokens", "16", "--num-runs", "1", "--warmup", "0")
+    assert "Endpoint '/get_server_info' is deprecated" not in server.output()[n0:]
+    assert "/server_info HTTP/1.1\" 200" in server.output()[n0:]
