@@ -25,11 +25,13 @@ pytestmark = pytest.mark.integration
 def test_sweep_over_concurrency_against_the_real_servers(spec_server, plain_server, tmp_path):
     """``sweep --targets`` (the servers already run: launching per configuration, vLLM's JSON template with
     ``{k}`` and the ``/health`` wait are tested on the simulator's vLLM flavour, where they cost no minute per
-    start) at 1, 4, 16 and 32 streams: per-load winners, the crossover, the schedule, the baseline curve."""
+    start) at 1, 4, 16 and 32 streams: per-load winners, the crossover, the schedule, the baseline curve. 256 tokens
+    a request: at 128 a level at 16 streams lasted about a second, two of the load sampler's half-second reads,
+    and a CI run read 1 running request there (the ramp's tail) where the server ran 16."""
     out = tmp_path / "sweep"
     t0 = time.monotonic()
     p = subprocess.run(specwatch_cmd("sweep", "--targets", f"{spec_server.url},{plain_server.url}", "--max-tokens",
-                                     "128", "--num-runs", "4", "--warmup", "1", "--temperature", "0",
+                                     "256", "--num-runs", "4", "--warmup", "1", "--temperature", "0",
                                      "--concurrency", "1,4,16,32", "--out", str(out), "--speculative-config",
                                      json.dumps(speculative_config(3))),
                        capture_output=True, text=True, timeout=900)
