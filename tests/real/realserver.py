@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,13 +72,19 @@ def serve_command(port: int, k: int, stats_interval_s: float = 2.0, extra: tuple
             "--stats-interval", str(stats_interval_s), *(("--", *extra) if extra else ())]
 
 
+def prepared(env: Any, tier: str) -> dict[str, float]:
+    """``env.ensure()`` of a tier's environment module (``vllm_env``, ``sglang_env``), or the tier's failure with
+    the failing step's reason (never a skip)."""
+    try:
+        return dict(env.ensure())
+    except env.SetupError as exc:
+        pytest.fail(f"the real {tier} tier cannot be set up here: {exc}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def vllm_installed() -> dict[str, float]:
     t0 = time.monotonic()
-    try:
-        took = vllm_env.ensure()
-    except vllm_env.SetupError as exc:
-        pytest.fail(f"the real vLLM tier cannot be set up here: {exc}", pytrace=False)
+    took = prepared(vllm_env, "vLLM")
     TIMINGS["install (s, 0 = cached)"] = took["install_s"]
     TIMINGS["model build (s, 0 = cached)"] = took["model_s"]
     TIMINGS["setup check (s)"] = time.monotonic() - t0

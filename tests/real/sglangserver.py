@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realserver import COMPARISONS, TIMINGS, RealServer
+from realserver import COMPARISONS, TIMINGS, RealServer, prepared
 
 from conftest import free_port, http_get, http_json
 
@@ -108,10 +108,7 @@ def smoke(server: RealServer, name: str, key: str = "") -> None:
 @pytest.fixture(scope="session")
 def sglang_installed() -> dict[str, float]:
     t0 = time.monotonic()
-    try:
-        took = sglang_env.ensure()
-    except sglang_env.SetupError as exc:
-        pytest.fail(f"the real SGLang tier cannot be set up here: {exc}", pytrace=False)
+    took = prepared(sglang_env, "SGLang")
     TIMINGS.update({f"sglang {k.removesuffix('_s')} (s, 0 = cached)": v for k, v in took.items()})
     TIMINGS["sglang setup check (s)"] = time.monotonic() - t0
     return took
