@@ -26,9 +26,24 @@ def counted(url: str, before: dict[str, float], name: str, want: float) -> float
     return delta()
 
 
+def settled(url: str) -> dict[str, float]:
+    """The server's metrics once its counters stop moving: a request that finished just before (the start's smoke
+    request) is counted a moment after its answer, and would otherwise land inside the next measurement."""
+    last: dict[str, float] = {}
+
+    def same() -> dict[str, float] | None:
+        nonlocal last
+        now = metrics(url)
+        steady = now.get("sglang:generation_tokens_total") == last.get("sglang:generation_tokens_total", -1.0)
+        last = now
+        return now if steady else None
+
+    return wait_until(same, timeout_s=10, every_s=0.5, what="SGLang's counters to settle")
+
+
 def test_generate_counts_what_the_server_counted_and_a_chunk_is_a_verify_round(speculative_sglang, tmp_path):
     server = speculative_sglang
-    before = metrics(server.url)
+    before = settled(server.url)
     doc, records = bench(server.url, tmp_path, "--api", "sglang", "--max-tokens", "128", "--num-runs", "8",
                          "--warmup", "1")
     info = doc["server_info"]
@@ -58,7 +73,7 @@ def test_generate_counts_what_the_server_counted_and_a_chunk_is_a_verify_round(s
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_openai_endpoints_count_what_the_server_counted(sglang, api, tmp_path):
     server = sglang["ngram"]
-    before = metrics(server.url)
+    before = settled(server.url)
     doc, records = bench(server.url, tmp_path, "--api", api, "--max-tokens", "96", "--num-runs", "6",
                          "--warmup", "1")
     assert all(r.ok for r in records), [r.error for r in records]
