@@ -62,8 +62,9 @@ def test_generate_counts_what_the_server_counted_and_a_chunk_is_a_verify_round(s
     # round's accepted drafts plus its bonus token; events the HTTP handler coalesced only merge rounds
     chunks = sum(len(r.chunk_tokens) - 1 for r in records)
     assert 0.9 * rounds <= chunks <= rounds, (chunks, rounds)
-    later = [n for r in records for n in r.chunk_tokens[1:]]
-    assert sum(later) / len(later) == pytest.approx(sum(r.output_tokens - 1 for r in records) / chunks, rel=1e-9)
+    # every token is in a chunk (the first chunk is the prefill's token, or more when the handler coalesced the
+    # first verify round into it)
+    assert all(sum(r.chunk_tokens) == r.output_tokens and r.chunk_tokens[0] >= 1 for r in records)
     name = server.log.stem
     COMPARISONS.append(f"bench {name} /generate: tokens {tokens} = sglang:generation_tokens_total; verify rounds "
                        f"{rounds} = sglang:spec_verify_calls_total; chunks {chunks}; accept length client "
