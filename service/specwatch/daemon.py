@@ -47,10 +47,11 @@ from .probe.tokens import Tokenizer
 from .probe.traffic import TrafficPlan
 from .ratelog import RateLimited
 from .recorder.intake import ProbeIntake
+from .recorder.liveness import Liveness
 from .recorder.load import LoadCurve, LoadTracker
 from .recorder.samples import SampleWindows
 from .recorder.windows import Interval, Recorder
-from .records import Outcome, RequestRecord, ServerSample, SourceHealth, TargetName
+from .records import RequestRecord, ServerSample, SourceHealth, TargetName
 from .results import SweepDoc
 from .server.ingest import LogIngest
 from .server.logtail import CommandSource, FileFollower, LogSource, StdinSource, kill_now
@@ -105,8 +106,7 @@ class Daemon:
         self.stop = asyncio.Event()
         self.started = time.monotonic()
         self.api: dict[str, str] = {}
-        self.up: dict[str, bool] = dict.fromkeys(self.targets, False)
-        self.last_ok: dict[str, float] = {}
+        self.liveness = Liveness(self.targets, max(60.0, 5 * cfg.interval_s), self.exporter.set_target_up)
         self.summary: Summary | None = None
         self.history = History()
         self.exit_now_hooks: list[Callable[[], None]] = []  # run before a second signal's immediate exit
@@ -131,16 +131,10 @@ class Daemon:
         """The probe's sink, on the loop as each request ends: only what must be immediate (up, readiness,
         the failure warning). Recording waits in the intake for its task or the tick."""
         self.intake.add(rec)
-        self.set_up(rec.target, rec.outcome is not Outcome.CONNECT_ERROR)
-        if rec.ok:
-            self.last_ok[rec.target] = time.monotonic()
-        elif not rec.warmup:
+        self.liveness.saw(rec)
+        if not rec.ok and not rec.warmup:
             self.warn.warning((rec.target, rec.outcome.value), "probe to %s failed: %s: %.200s", rec.target,
                               rec.outcome.value, rec.error)
-
-    def set_up(self, target: str, up: bool) -> None:
-        self.up[target] = up
-        self.exporter.set_target_up(target, up)
 
     def on_sample(self, s: ServerSample, channel: str) -> None:
         self.load.add(s, time.monotonic_ns())
@@ -151,11 +145,6 @@ class Daemon:
         """What the speculative server says of itself: the engine and version the advice's flags are for."""
         if target == "spec":
             self.setup = engine_flags.setup_from_info(info.info, info.engine, self.speculative_config)
-
-    def ready(self) -> bool:
-        fresh = max(60.0, 5 * self.cfg.interval_s)
-        last = self.last_ok.get("spec")
-        return self.up.get("spec", False) and last is not None and time.monotonic() - last < fresh
 
     def health(self) -> SourceHealth:
         """The sources' and the recorder's self-health, read at scrape time."""
@@ -174,7 +163,7 @@ class Daemon:
             urls["baseline"] = c.baseline_url
         targets = []
         for name, url in urls.items():
-            target = await wait_for_target(session, name, url, c.api, self.stop, self.set_up,
+            target = await wait_for_target(session, name, url, c.api, self.stop, self.liveness.set_up,
                                            on_info=self.on_server_info)
             if target is None:
                 return  # stopped before the target came up
@@ -256,7 +245,7 @@ def summarise(d: Daemon, t: TickResult) -> Summary:
     return Summary(
         time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), uptime_s=round(time.monotonic() - d.started, 1),
         server_url=c.server_url, api=d.api.get("spec"), metrics_url=f"http://{host}:{port}/metrics",
-        targets={tg: TargetState(d.up.get(tg, False)) for tg in d.targets}, window=vlabel,
+        targets={tg: TargetState(d.liveness.up.get(tg, False)) for tg in d.targets}, window=vlabel,
         probe=t.views[vlabel], windows=t.views,
         server=server_state(d.samples.last, {window_label(w): a for w, a in d.samples.windows.items()}),
         verdict=t.verdict, log=log_state(d.source_name, d.health()), by_load=t.by_load, baseline=baseline,
@@ -270,7 +259,7 @@ async def serve(d: Daemon) -> int:
     def page() -> str | None:
         return None if d.summary is None else render_page(d.summary, d.history, d.cfg.interval_s)
 
-    endpoints = Endpoints(d.exporter.render, lambda: d.summary, d.ready, page, d.cfg.api_token)
+    endpoints = Endpoints(d.exporter.render, lambda: d.summary, d.liveness.ready, page, d.cfg.api_token)
     runner = web.AppRunner(endpoints.app(), access_log=None)
     await runner.setup()
     c = d.cfg
