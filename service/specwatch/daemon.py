@@ -30,7 +30,7 @@ from .analysis.by_load import LoadVerdict
 from .analysis.tick import TickInputs, TickResult, tick
 from .analysis.verdict import Judge
 from .errors import AnalysisError, ConfigError, RecordFileError, WorkerError
-from .export.hlog import HlogWriter
+from .export.hlog_file import HlogFile
 from .export.http import Endpoints
 from .export.page import History
 from .export.page import render as render_page
@@ -50,7 +50,7 @@ from .recorder.intake import ProbeIntake
 from .recorder.liveness import Liveness
 from .recorder.load import LoadCurve, LoadTracker
 from .recorder.samples import SampleWindows
-from .recorder.windows import Interval, Recorder
+from .recorder.windows import Recorder
 from .records import RequestRecord, ServerSample, SourceHealth, TargetName
 from .results import SweepDoc
 from .server.ingest import LogIngest
@@ -101,8 +101,8 @@ class Daemon:
         self.source, self.source_name = make_source(cfg, self.ingest)
         self.scrape_state = ScrapeState()
         self.exporter.set_health_source(self.health)
-        self._hlog_file = open(cfg.hlog, "a", encoding="utf-8") if cfg.hlog else None  # noqa: SIM115
-        self.hlog = HlogWriter(self._hlog_file) if self._hlog_file else None
+        self.warn = RateLimited(log)
+        self.hlog = HlogFile(cfg.hlog, self.exporter.count_hlog_error, self.warn) if cfg.hlog else None
         self.stop = asyncio.Event()
         self.started = time.monotonic()
         self.api: dict[str, str] = {}
@@ -110,7 +110,6 @@ class Daemon:
         self.summary: Summary | None = None
         self.history = History()
         self.exit_now_hooks: list[Callable[[], None]] = []  # run before a second signal's immediate exit
-        self.warn = RateLimited(log)
         self.exporter.set_fixed_baseline(cfg.baseline_tps)
         self.curve = baseline_mod.BaselineCurve.fixed(cfg.baseline_tps) if cfg.baseline_tps else \
             baseline_mod.read(cfg.baseline_curve) if cfg.baseline_curve else None
@@ -196,7 +195,9 @@ class Daemon:
         t0 = time.perf_counter()
         self.intake.drain()  # every probe that ended in this interval is in it
         self._close_lag()
-        self._write_hlog(self.recorder.tick())
+        interval = self.recorder.tick()
+        if self.hlog is not None:
+            self.hlog.write(interval)
         self.samples.tick(time.monotonic())
         now = time.monotonic_ns()
         self.load_curve.expire(now)
@@ -225,15 +226,6 @@ class Daemon:
             self.warn.warning("lag", "the daemon's event loop lagged %.2f ms at p99 (max %.2f ms) over the last "
                               "interval: probe latencies then include its own delay", (iv.p99_s or 0) * 1e3,
                               (iv.max_s or 0) * 1e3)
-
-    def _write_hlog(self, interval: Interval) -> None:
-        if self.hlog is None:
-            return
-        try:
-            self.hlog.write(interval)
-        except OSError as exc:  # a full disk must not take the sidecar down: count it, say it once a minute
-            self.exporter.count_hlog_error()
-            self.warn.warning("hlog", "cannot write the interval log %s: %s", self.cfg.hlog, exc.strerror)
 
 
 def summarise(d: Daemon, t: TickResult) -> Summary:
@@ -283,9 +275,8 @@ async def serve(d: Daemon) -> int:
                 tg.create_task(_supervise(prober, background, d.stop, c.drain_timeout_s), name="supervisor")
     finally:
         d.tick()  # flush the last interval (and the .hlog)
-        if d._hlog_file is not None:
-            with contextlib.suppress(OSError):
-                d._hlog_file.close()
+        if d.hlog is not None:
+            d.hlog.close()
         await runner.cleanup()
     return 0
 
