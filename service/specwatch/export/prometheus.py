@@ -45,6 +45,7 @@ from ..records import (
     SourceHealth,
 )
 from ..server.scrape import dp_label
+from .advisor_series import AdvisorSeries
 from .families import AdvisorFamily, ProbeFamily, SelfFamily, ServerFamily, VerdictFamily
 
 
@@ -70,8 +71,7 @@ class Exporter:
         r.register(self.sources)
         self.server = ServerFamily(r)
         self.verdict = VerdictFamily(r)
-        self.advisor = AdvisorFamily(r)
-        self._advised_steps: dict[str, int] = {}  # step counts exported, per load bucket
+        self.advisor = AdvisorSeries(AdvisorFamily(r))
         self.own = SelfFamily(r)
         self._init()
 
@@ -161,32 +161,7 @@ class Exporter:
         _set(v.past_crossover, None if lv.past_crossover is None else float(lv.past_crossover))
 
     def set_advice(self, a: Advice) -> None:
-        f = self.advisor
-        _set(f.running_steps, a.running_steps)
-        shown = set()
-        for b in a.buckets:
-            if b.status != "ok" or b.best_steps is None or b.gain_vs_running is None or b.gain_vs_plain is None:
-                continue
-            lb = str(b.bucket)
-            shown.add(lb)
-            f.best.labels(lb).set(b.best_steps)
-            f.gain.labels(lb).set(b.gain_vs_running.value)
-            f.gain_lower.labels(lb).set(b.gain_vs_running.lower)
-            f.gain_upper.labels(lb).set(b.gain_vs_running.upper)
-            f.vs_plain.labels(lb).set(b.gain_vs_plain.value)
-            for p in b.predictions:
-                f.tps.labels(str(p.steps), lb).set(p.tokens_per_second.value)
-            for s in range(len(b.predictions), self._advised_steps.get(lb, 0)):
-                with contextlib.suppress(KeyError):
-                    f.tps.remove(str(s), lb)
-            self._advised_steps[lb] = len(b.predictions)
-        for lb in [x for x in self._advised_steps if x not in shown]:
-            for gauge in f.all:
-                with contextlib.suppress(KeyError):
-                    gauge.remove(lb)
-            for s in range(self._advised_steps.pop(lb)):
-                with contextlib.suppress(KeyError):
-                    f.tps.remove(str(s), lb)
+        self.advisor.set(a)
 
     def set_verdict(self, v: Verdict) -> None:
         f = self.verdict
