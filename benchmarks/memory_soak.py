@@ -53,7 +53,7 @@ async def main(total: int) -> int:
     try:
         wait_ready(f"http://127.0.0.1:{port}", sim, 30.0, poll_s=0.1)
         cfg = Config(server_url=f"http://127.0.0.1:{port}", api="sglang", listen=f"127.0.0.1:{free_port()}",
-                     interval_s=0.05, verdict_window_s=1, windows_s="5", concurrency=8, pause_s=0, max_tokens=9,
+                     interval_s=0.05, verdict_window_s=1, windows_s=(5.0,), concurrency=8, pause_s=0, max_tokens=9,
                      baseline_tps=90, view="log", log_file=str(log))
         with open(os.devnull, "w") as devnull:
             d = Daemon(cfg, out=devnull)

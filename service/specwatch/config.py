@@ -46,7 +46,7 @@ class Config:
     prompts: str | None = default("prompts")
     interval_s: float = default("interval_s")
     verdict_window_s: int = default("verdict_window_s")
-    windows_s: str = default("windows_s")
+    windows_s: tuple[float, ...] = default("windows_s")  # sorted, each once (options.window_list)
     server_metrics: bool = default("server_metrics")
     hysteresis: float = default("hysteresis")
     min_requests: int = default("min_requests")
@@ -65,8 +65,9 @@ class Config:
     tokenizer: str | None = default("tokenizer")
 
     @property
-    def windows(self) -> tuple[int, ...]:
-        return tuple(sorted({int(w) for w in self.windows_s.split(",")} | {self.verdict_window_s}))
+    def windows(self) -> tuple[float, ...]:
+        """Every window kept, in seconds: ``windows_s`` and the verdict window."""
+        return tuple(sorted({*self.windows_s, float(self.verdict_window_s)}))
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
@@ -125,7 +126,7 @@ def check(cfg: Config) -> Config:
         raise ConfigError("baseline_tps, baseline_url and baseline_curve are alternatives: give at most one")
     intervals = max(cfg.windows) / cfg.interval_s
     if intervals > MAX_INTERVALS_KEPT:
-        raise ConfigError(f"windows_s / interval_s: the longest window ({max(cfg.windows)} s) would keep "
+        raise ConfigError(f"windows_s / interval_s: the longest window ({max(cfg.windows):.15g} s) would keep "
                           f"{intervals:.0f} intervals of {cfg.interval_s:g} s; at most {MAX_INTERVALS_KEPT} "
                           "(raise interval_s or shorten the window)")
     for secret in ("api_key", "api_token"):

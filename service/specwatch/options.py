@@ -12,6 +12,7 @@ import argparse
 import difflib
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -107,12 +108,35 @@ def listen(key: str, v: Any) -> str:
     return s
 
 
-def window_list(key: str, v: Any) -> str:
-    s = typed(str)(key, v)
-    parts = [p.strip() for p in s.split(",")]
-    if not parts or not all(p.isascii() and p.isdigit() and 0 < int(p) <= 7 * 86_400 for p in parts):
-        raise ConfigError(f"{key}: {s!r} must be a comma-separated list of window lengths in seconds, e.g. 60,300")
-    return ",".join(parts)
+MAX_WINDOW_S = 7 * DAY_S
+DECIMAL = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # no nan, inf, "_" or other digits
+
+
+def window_list(key: str, v: Any) -> tuple[float, ...]:
+    """Window lengths in seconds, sorted, each once: from a comma-separated string (a flag, a variable, the
+    file) or an array of numbers (the file)."""
+    if isinstance(v, str):
+        text, items = True, [p.strip() for p in v.split(",")] if v.strip() else []
+    elif isinstance(v, list | tuple):
+        text, items = False, list(v)
+    else:
+        raise ConfigError(f"{key}: expected window lengths in seconds, comma-separated (\"60,300\") or an array "
+                          f"([60, 300]), got {v!r}")
+    if not items:
+        raise ConfigError(f"{key}: no window given: give one or more lengths in seconds, e.g. 60,300")
+    return tuple(sorted({_window_s(key, x, text) for x in items}))
+
+
+def _window_s(key: str, x: Any, text: bool) -> float:
+    """One window: a decimal in a string, or a number in an array (a string there is refused)."""
+    if not (DECIMAL.fullmatch(x) if text else isinstance(x, int | float) and not isinstance(x, bool)):
+        raise ConfigError(f"{key}: {x!r} is not a number of seconds (window lengths, comma-separated: e.g. 60,300)")
+    s = float(x)
+    if not math.isfinite(s):
+        raise ConfigError(f"{key}: must be a finite number of seconds, got {x!r}")
+    if not 0 < s <= MAX_WINDOW_S:
+        raise ConfigError(f"{key}: a window must be > 0 and at most {MAX_WINDOW_S:g} seconds (7 days), got {x!r}")
+    return s
 
 
 def int_list(key: str, v: Any) -> str:
@@ -229,7 +253,7 @@ OPTIONS: dict[str, Option] = {
     "interval_s": Option(positive(float, 3600), "interval between window updates in seconds", default=10.0),
     "verdict_window_s": Option(positive(int, 7 * 86_400), "window for tok/s, speedup and verdict, in seconds",
                                default=60),
-    "windows_s": Option(window_list, "rolling windows in seconds, comma-separated", default='60,300'),
+    "windows_s": Option(window_list, "rolling windows in seconds, comma-separated", default=(60.0, 300.0)),
     "server_metrics": Option(typed(bool), "also scrape the server's own /metrics for accept length", default=False),
     "hysteresis": Option(ratio, "speedup must exceed 1 + this to clear the below-baseline state", default=0.03),
     "min_requests": Option(positive(int, 1_000_000), "requests in the verdict window before a verdict", default=3),
@@ -265,6 +289,11 @@ def default(key: str, command: str = "") -> Any:
 BOOL_KEYS = frozenset({"ignore_eos", "poisson", "log_stdin", "from_start", "server_metrics"})
 
 
+def as_written(value: Any) -> str:
+    """A default as the user would write it: a tuple comma-separated, as its flag takes it."""
+    return ",".join(f"{x:.15g}" for x in value) if isinstance(value, tuple) else str(value)
+
+
 def flag(key: str) -> str:
     opt = OPTIONS.get(key)
     return "--" + (opt.flag_name if opt is not None and opt.flag_name else key).replace("_", "-")
@@ -276,7 +305,7 @@ def add_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
         opt = OPTIONS[key]
         if not opt.flag:
             continue
-        shown = "" if default is None or default is False else f" (default {default})"
+        shown = "" if default is None or default is False else f" (default {as_written(default)})"
         if key in BOOL_KEYS:
             p.add_argument(flag(key), dest=key, action="store_const", const=True, default=None,
                            help=opt.help + (" (default)" if default is True else ""))

@@ -114,3 +114,82 @@ def test_every_dataclass_default_is_the_option_tables():
         for f in dataclasses.fields(cls):
             if f.name in options.OPTIONS:
                 assert f.default == options.default(f.name, command), (cls.__name__, f.name)
+
+
+W = "windows_s"
+WANT = "window lengths, comma-separated: e.g. 60,300"
+
+
+@pytest.mark.parametrize(("raw", "want"), [
+    # happy path: one parse at the edge, sorted, each window once
+    ("60,300", (60.0, 300.0)),
+    (" 300 , 60,60 ", (60.0, 300.0)),
+    ("90", (90.0,)),
+    ("2.5,1e3", (2.5, 1000.0)),
+    ("604800", (604800.0,)),
+    ([300, 60], (60.0, 300.0)),  # a TOML array
+    ([30.5], (30.5,)),
+    # sad path: the message names the key and what is wrong
+    ("", f"{W}: no window given: give one or more lengths in seconds, e.g. 60,300"),
+    (" ", f"{W}: no window given: give one or more lengths in seconds, e.g. 60,300"),
+    ([], f"{W}: no window given: give one or more lengths in seconds, e.g. 60,300"),
+    ("60,abc", f"{W}: 'abc' is not a number of seconds ({WANT})"),
+    ("60,,300", f"{W}: '' is not a number of seconds ({WANT})"),
+    ("nan", f"{W}: 'nan' is not a number of seconds ({WANT})"),
+    ("inf", f"{W}: 'inf' is not a number of seconds ({WANT})"),
+    ("1_000", f"{W}: '1_000' is not a number of seconds ({WANT})"),
+    ("٣", f"{W}: '٣' is not a number of seconds ({WANT})"),
+    ("60 300", f"{W}: '60 300' is not a number of seconds ({WANT})"),
+    (["60", 300], f"{W}: '60' is not a number of seconds ({WANT})"),  # an array holds numbers, not strings
+    ([True], f"{W}: True is not a number of seconds ({WANT})"),
+    ("1e999", f"{W}: must be a finite number of seconds, got '1e999'"),
+    ([float("inf")], f"{W}: must be a finite number of seconds, got inf"),
+    ("0", f"{W}: a window must be > 0 and at most 604800 seconds (7 days), got '0'"),
+    ("60,-5", f"{W}: a window must be > 0 and at most 604800 seconds (7 days), got '-5'"),
+    ("604801", f"{W}: a window must be > 0 and at most 604800 seconds (7 days), got '604801'"),
+    (60, f'{W}: expected window lengths in seconds, comma-separated ("60,300") or an array ([60, 300]), got 60'),
+    ({"a": 1}, f"{W}: expected window lengths in seconds, comma-separated (\"60,300\") or an array ([60, 300]), "
+               "got {'a': 1}"),
+])
+def test_window_list_parses_once_or_names_the_key_and_the_fault(raw, want):
+    if isinstance(want, tuple):
+        got = options.window_list(W, raw)
+        assert got == want and all(type(w) is float for w in got)
+    else:
+        with pytest.raises(ConfigError) as e:
+            options.window_list(W, raw)
+        assert str(e.value) == want
+
+
+@pytest.mark.parametrize(("argv", "env", "toml", "message"), [
+    (("--windows-s", "60,x"), {}, None, f"command line: {W}: 'x' is not a number of seconds ({WANT})"),
+    ((), {"SPECWATCH_WINDOWS_S": "0"}, None,
+     f"environment (SPECWATCH_*): {W}: a window must be > 0 and at most 604800 seconds (7 days), got '0'"),
+    ((), {}, "windows_s = []\n", f"config file {{f}}: {W}: no window given: give one or more lengths in seconds, "
+                                 "e.g. 60,300"),
+])
+def test_a_bad_window_list_stops_start_up_naming_where_it_came_from(tmp_path, argv, env, toml, message):
+    f = tmp_path / "c.toml"
+    a = ["--server-url", "http://x:1", *argv]
+    if toml is not None:
+        f.write_text(toml)
+        a += ["--config", str(f)]
+    with pytest.raises(ConfigError) as e:
+        config.read(args(*a), env)
+    assert str(e.value) == message.format(f=f)
+
+
+def test_windows_are_typed_at_the_edge_and_the_verdict_window_joins_them(tmp_path):
+    assert config.read(args("--server-url", "http://x:1"), {}).windows_s == (60.0, 300.0)
+    f = tmp_path / "c.toml"
+    f.write_text('server_url = "http://x:1"\nwindows_s = [300, 30]\nverdict_window_s = 90\n')
+    cfg = config.read(args("--config", str(f)), {})
+    assert cfg.windows_s == (30.0, 300.0) and cfg.windows == (30.0, 90.0, 300.0)
+    cfg = config.read(args("--server-url", "http://x:1", "--windows-s", "60"), {"SPECWATCH_WINDOWS_S": "5"})
+    assert cfg.windows_s == (60.0,) and cfg.windows == (60.0,)  # the flag wins; the verdict window is one of them
+
+
+def test_the_help_shows_the_windows_default_as_the_flag_takes_it():
+    p = argparse.ArgumentParser()
+    config.add_run_flags(p)
+    assert "(default 60,300)" in " ".join(p.format_help().split())

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specwatch.export.prometheus import Exporter
+from specwatch.export.prometheus import Exporter, window_label
 from specwatch.recorder.stats import Stats
 from specwatch.records import ServerSample
 from specwatch.server.scrape import dp_label
@@ -43,3 +43,9 @@ def test_thousands_of_dp_ranks_make_at_most_65_series():
     for i in range(3000):
         e.observe_sample(ServerSample("sglang_decode", dp_rank=str(i), accept_length=2.0), "log")
     assert len(samples(e, "specwatch_server_accept_length")) == 65
+
+
+@pytest.mark.parametrize(("seconds", "label"), [(60.0, "1m"), (300.0, "5m"), (300, "5m"), (90.0, "90s"), (30, "30s"),
+                                                (2.5, "2.5s"), (604800.0, "10080m"), (None, "cumulative")])
+def test_window_labels_are_the_same_for_whole_seconds_typed_as_floats(seconds, label):
+    assert window_label(seconds) == label

@@ -49,17 +49,18 @@ from .advisor_series import AdvisorSeries
 from .families import AdvisorFamily, ProbeFamily, SelfFamily, ServerFamily, VerdictFamily
 
 
-def window_label(seconds: int | None) -> str:
+def window_label(seconds: float | None) -> str:
+    """``1m``, ``5m``, ``90s``, ``2.5s``: whole minutes in minutes, anything else in seconds."""
     if seconds is None:
         return "cumulative"
-    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+    return f"{seconds // 60:.0f}m" if seconds % 60 == 0 else f"{seconds:.15g}s"
 
 
 class Exporter:
     """The contract's one writer: typed methods per event (a record, a sample), per tick (windows, verdict,
     by load, lag) and per state change (target up, scrape up); nothing outside ``export/`` touches a metric."""
 
-    def __init__(self, targets: tuple[str, ...], windows_s: tuple[int, ...], max_positions: int = 16) -> None:
+    def __init__(self, targets: tuple[str, ...], windows_s: tuple[float, ...], max_positions: int = 16) -> None:
         self.registry = r = CollectorRegistry()
         self.targets = targets
         self.max_positions = max_positions

@@ -48,13 +48,13 @@ class _Sums:
 
 
 class SampleWindows:
-    def __init__(self, windows_s: Iterable[int]) -> None:
+    def __init__(self, windows_s: Iterable[float]) -> None:
         self.windows_s = tuple(sorted(windows_s))
         self._keep_s = max(self.windows_s, default=60)
         self._open = _Sums()
         self._closed: collections.deque[tuple[float, _Sums]] = collections.deque()  # (close time, sums)
         self.last: dict[str, ServerSample] = {}  # per ServerSample.source
-        self.windows: dict[int, ServerWindow] = {}
+        self.windows: dict[float, ServerWindow] = {}  # by window length in seconds
 
     def record(self, sample: ServerSample) -> None:
         self.last[sample.source] = sample

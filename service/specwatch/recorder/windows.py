@@ -36,7 +36,7 @@ def merge_into(dst: Part, src: Part) -> None:
 
 
 class Recorder:
-    def __init__(self, interval_s: float = 10.0, windows_s: Iterable[int] = (60, 300), digits: int = 3) -> None:
+    def __init__(self, interval_s: float = 10.0, windows_s: Iterable[float] = (60, 300), digits: int = 3) -> None:
         self._new = functools.partial(Stats, digits)
         self.windows_s = tuple(sorted(windows_s))
         self._k = {w: max(1, round(w / interval_s)) for w in self.windows_s}
@@ -49,7 +49,7 @@ class Recorder:
         self.current: dict[str, Stats] = collections.defaultdict(self._new)
         self.cumulative: dict[str, Stats] = collections.defaultdict(self._new)
         self.interval_start_ns = time.monotonic_ns()
-        self.windows: dict[int, Part] = {}
+        self.windows: dict[float, Part] = {}  # by window length in seconds
 
     def out_of_range(self) -> dict[str, int]:
         """Values outside the HDR range so far, by metric, over every target."""
