@@ -182,7 +182,7 @@ def test_the_ab_baseline_stands_for_one_stream_only_and_the_curve_for_its_loads(
     curve = BaselineCurve((CurvePoint(1.0, 80.0), CurvePoint(16.0, 45.0)))
     by_curve = la.advise(buckets, curve, None, acc, None, 10, 3, 16)
     assert [b.status for b in by_curve.buckets] == ["ok", "ok"]
-    assert by_curve.current is by_curve.buckets[1]
+    assert by_curve.current_bucket == by_curve.buckets[1].bucket == 16  # the load now: the 2nd bucket
     assert by_curve.buckets[1].predictions[0].tokens_per_second.value == pytest.approx(curve.at(15.0).tokens_per_second)
 
 

@@ -150,10 +150,6 @@ class Advice:
     current_bucket: int | None  # the bucket of the server's load now
     engine: tuple[EngineAdvice, ...] = ()  # the flags that run the advice (none: keep the configuration)
 
-    @property
-    def current(self) -> BucketAdvice | None:
-        return next((b for b in self.buckets if b.bucket == self.current_bucket), None)
-
 
 @dataclass(frozen=True, slots=True)
 class _Point:
