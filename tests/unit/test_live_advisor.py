@@ -18,6 +18,9 @@ from specwatch.analysis.engine_flags import ServerSetup, setup_from_info
 from specwatch.export.prometheus import Exporter
 from specwatch.recorder.load import LoadBucket
 from specwatch.sim import model as m
+from specwatch.sim import oracle
+from specwatch.sim.engine import EngineSettings
+from specwatch.sim.pattern import Pattern
 
 CASES = [(p, n, k) for p in ("seed", "mixed", "fast") for n in (1, 16) for k in (2, 5)]
 
@@ -27,7 +30,22 @@ def spec(steps: int) -> m.SpecConfig:
 
 
 def truth(profile: m.Profile, n: int) -> m.BestSteps:
-    return m.best_steps(profile, spec(1), n, 10)
+    """What the engine does at ``n`` closed-loop streams spread evenly over a request (each prefill its own, as
+    a daemon's probes and a live server's traffic arrive; 64-token prompts, 256 tokens): the oracle."""
+    key = repr(profile), n
+    if key not in _TRUTHS:
+        _TRUTHS[key] = _truth(profile, n)
+    return _TRUTHS[key]
+
+
+_TRUTHS: dict[tuple[str, int], m.BestSteps] = {}
+
+
+def _truth(profile: m.Profile, n: int) -> m.BestSteps:
+    settings = EngineSettings(profile=profile, spec=spec(1), max_running_requests=64, seed=1)
+    spread_ms = 256 * m.cycle_ms(profile, m.SpecConfig(), n) / n
+    return oracle.best_steps(settings, Pattern(streams=n, arrival="staggered", stagger_ms=spread_ms, prompt_tokens=64,
+                                               output_tokens=256), 10)
 
 
 def positions(profile: m.Profile, steps: int) -> tuple[float, ...]:

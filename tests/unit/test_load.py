@@ -116,15 +116,16 @@ def test_by_load_speedup_and_crossover_from_buckets():
     assert lc.buckets() == []
 
 
-def test_simulator_crossover_is_where_its_two_cycle_costs_meet():
+def test_the_rounds_crossover_is_where_its_two_cycle_costs_meet():
     prof, cfg = model.PROFILES["mixed"], model.SpecConfig.from_flags("EAGLE3", 5, 1, None)
-    n = model.crossover(prof, cfg)
+    n = model.round_crossover(prof, cfg)
+    assert n is not None
     al = model.expected_accept_length(model.conditional_probs(prof, cfg, model.acceptance_factor(prof, "chat", 0)))
     assert al / model.cycle_ms(prof, cfg, n) == pytest.approx(1 / model.cycle_ms(prof, model.SpecConfig(), n))
-    assert model.load_point(prof, cfg, math.floor(n), output_tokens=128).speedup > 1
-    assert model.load_point(prof, cfg, math.ceil(n), output_tokens=128).speedup < 1  # stalls do not move it
+    assert al / model.cycle_ms(prof, cfg, math.floor(n)) > 1 / model.cycle_ms(prof, model.SpecConfig(), math.floor(n))
+    assert al / model.cycle_ms(prof, cfg, math.ceil(n)) < 1 / model.cycle_ms(prof, model.SpecConfig(), math.ceil(n))
     seed = model.PROFILES["seed"]
-    assert model.crossover(seed, model.SpecConfig.from_flags("EAGLE3", 5, 1, None)) == 1.0  # loses at one stream
+    assert model.round_crossover(seed, model.SpecConfig.from_flags("EAGLE3", 5, 1, None)) == 1.0  # loses at one
     assert model.explain(seed, model.SpecConfig.from_flags("EAGLE3", 2, 1, None), 1).tokens_per_second == \
         pytest.approx(92.9, abs=0.1)  # the seed table holds at one stream
 

@@ -170,6 +170,17 @@ def server_args(args: argparse.Namespace, spec: model.SpecConfig, max_running: i
     }
 
 
+def engine_settings(args: argparse.Namespace) -> EngineSettings:
+    spec: model.SpecConfig = args.spec
+    return EngineSettings(
+        profile=sim_profile(args), spec=spec, max_running_requests=args.max_running_requests or (
+            48 if spec.enabled else 256),
+        decode_log_interval=args.decode_log_interval, stream_interval=args.stream_interval,
+        log_family=args.log_format, log_decode=args.log_level in ("debug", "info"),
+        log_ms=os.environ.get("SGLANG_LOG_MS", "") in ("1", "true"), seed=args.seed, steps=args.adaptive,
+    )
+
+
 async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     spec: model.SpecConfig = args.spec
     family = args.log_format
@@ -178,13 +189,8 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     def info(msg: str) -> None:
         sink(logfmt.prefix(family, time.time()) + msg)
 
-    max_running = args.max_running_requests or (48 if spec.enabled else 256)
-    settings = EngineSettings(
-        profile=sim_profile(args), spec=spec, max_running_requests=max_running,
-        decode_log_interval=args.decode_log_interval, stream_interval=args.stream_interval, log_family=family,
-        log_decode=args.log_level in ("debug", "info"), log_ms=os.environ.get("SGLANG_LOG_MS", "") in ("1", "true"),
-        seed=args.seed, steps=args.adaptive,
-    )
+    settings = engine_settings(args)
+    max_running = settings.max_running_requests
     if args.disable_cuda_graph:  # DeprecatedStoreTrueAction (arg_groups/argparse_actions.py:95-100)
         info("\033[1;33m'--disable-cuda-graph' is deprecated and will be removed in a future release. Use "
              "'--cuda-graph-backend-{decode,prefill}=disabled' instead.\033[0m")
@@ -224,7 +230,7 @@ def main(argv: list[str]) -> int:
         return vllm_cli.main(rest)
     args, unknown = parse(rest)
     if args.explain:
-        print(explain_text(args, args.spec))
+        print(explain_text(args, engine_settings(args)))
         return 0
     import uvloop
 

@@ -1,4 +1,5 @@
-"""SGLang's scheduler log accounting for the simulator: interval accumulators reset at each "Decode batch"
+"""SGLang's scheduler log for the simulator: the lines the engine's prefills and decode rounds print
+(``SchedulerLog``), and their accounting (``DecodeLog``): interval accumulators reset at each "Decode batch"
 line, the lifetime accept length, and the values SGLang's metrics show between lines. The counterpart of
 vLLM's stats loop (``vllm_cli.StatsLogger``), which differences the engine's lifetime totals instead."""
 
@@ -6,16 +7,41 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from . import logfmt
 
+if TYPE_CHECKING:
+    from .engine import EngineSettings
+
+
+class _Prompted(Protocol):
+    prompt_tokens: int
+
+
+class EngineState(Protocol):
+    """What a log line reads from the engine."""
+
+    @property
+    def used_tokens(self) -> int: ...
+
+    @property
+    def waiting(self) -> Sequence[_Prompted]: ...
+
+    @property
+    def prefill_ct(self) -> int: ...
+
+    @property
+    def forward_ct_decode(self) -> int: ...
+
 
 class DecodeLog:
-    def __init__(self, family: str, log_ms: bool, emit: Callable[[str], None], enabled: bool = True) -> None:
+    def __init__(self, family: str, log_ms: bool, emit: Callable[[str], None], enabled: bool = True,
+                 start_ns: int = 0) -> None:
         self.family, self.log_ms, self.emit, self.enabled = family, log_ms, emit, enabled
         self._accept_tokens = self._forward = self._gen_tokens = 0  # this interval's
-        self._start_ns = time.monotonic_ns()
+        self._start_ns = start_ns
         self.life_accept_tokens = 0
         self.life_forward = 0
         self.last_gen_throughput = 0.0
@@ -57,3 +83,29 @@ class DecodeLog:
         elapsed = (now - self._last_prefill_ns) / 1e9 if self._last_prefill_ns else 0.0
         self._last_prefill_ns = now
         return elapsed
+
+
+class SchedulerLog:
+    """The scheduler's lines: "Prefill batch" after each prefill (SGLang's flavour; vLLM's logs from its own stats
+    loop) and "Decode batch" every ``decode_log_interval`` rounds."""
+
+    def __init__(self, settings: EngineSettings, log: DecodeLog, emit: Callable[[str], None]) -> None:
+        self.s, self.log, self.emit = settings, log, emit
+
+    def prefill(self, now: int, new_seq: int, new_tokens: int, running_before: int, e: EngineState) -> None:
+        if not self.s.log_prefill:
+            return
+        elapsed = self.log.prefill_elapsed_s(now)
+        self.emit(logfmt.prefill_line(self.s.log_family, logfmt.PrefillStats(
+            new_seq=new_seq, new_tokens=new_tokens, cached_tokens=0, used_tokens=e.used_tokens,
+            token_usage=e.used_tokens / self.s.profile.max_total_tokens, running=running_before,
+            queued=len(e.waiting), pending_tokens=sum(r.prompt_tokens for r in e.waiting),
+            input_throughput=new_tokens / elapsed if elapsed > 0 else 0.0, iteration=e.prefill_ct,
+        ), time.time(), self.s.log_ms))
+
+    def decode(self, now: int, batch_size: int, e: EngineState) -> None:
+        spec, used = self.s.spec, e.used_tokens
+        self.log.decode_line(now, logfmt.DecodeStats(
+            running=batch_size, used_tokens=used, token_usage=used / self.s.profile.max_total_tokens, accept_tokens=0,
+            forward_ct=0, gen_throughput=0.0, queued=len(e.waiting), iteration=e.forward_ct_decode,
+            num_steps=spec.num_steps, num_draft_tokens=spec.num_draft_tokens, speculative=spec.enabled))

@@ -5,6 +5,12 @@ One asyncio task owns all request state. Each iteration either prefills waiting 
 deadline so that timer overshoot never accumulates. Outputs go to each request's queue as cumulative
 snapshots; the HTTP layer coalesces queued snapshots exactly as SGLang's tokenizer manager does.
 Everything the engine did is kept in ``truth`` (a bounded ring of finished requests) for tests.
+
+The engine reads time from the clock it is given and sleeps on its event loop: the wall clock and a
+normal loop when it serves; a virtual clock and ``virtual.VirtualLoop`` (time jumps from event to event)
+when ``/explain`` runs the same code on a stated arrival pattern. Each request draws its acceptance from its
+own generator, seeded in submission order from the engine's, so a request's draws do not depend on which
+others shared its rounds: the served engine and the virtual one agree request by request.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from . import logfmt, model
-from .decode_log import DecodeLog
+from .decode_log import DecodeLog, SchedulerLog
 from .text import TokenStream, classify_domain, natural_length
 
 
@@ -58,14 +64,16 @@ class SimRequest:
     batch_sum: int = 0  # sum of the batch sizes of the decode rounds it was in
     rounds: int = 0
     finish_reason: dict[str, Any] | None = None
+    rng: random.Random = field(default_factory=random.Random)  # its acceptance draws (seeded at submission)
+    stream: bool = True  # False: no text and no snapshots (a virtual run's clients only need the timings)
 
     @property
     def limit(self) -> int:
         return self.max_new_tokens if self.ignore_eos else min(self.max_new_tokens, natural_length(self.prompt))
 
-    def prepare(self, profile: model.Profile, spec: model.SpecConfig, seed: int | None) -> None:
+    def prepare(self, profile: model.Profile, spec: model.SpecConfig, seed: int | None, now: int) -> None:
         """Its domain, its acceptance odds by draft position, and its reproducible token stream."""
-        self.arrival_ns = self.arrival_ns or time.monotonic_ns()
+        self.arrival_ns = self.arrival_ns or now
         self.domain = classify_domain(self.prompt)
         self.cond = model.conditional_probs(profile, spec, model.acceptance_factor(profile, self.domain,
                                                                                   self.temperature))
@@ -74,8 +82,9 @@ class SimRequest:
 
     def add_tokens(self, n: int, now: int) -> bool:
         """``n`` more tokens at ``now``, streamed as SGLang's ``stream_interval`` says; True when it is done."""
-        assert self.tokens is not None
-        self.parts.append(self.tokens.next_tokens(n))
+        if self.stream:
+            assert self.tokens is not None
+            self.parts.append(self.tokens.next_tokens(n))
         self.completion_tokens += n
         self.unsent += n
         self.last_ns = now
@@ -86,7 +95,9 @@ class SimRequest:
         if done or self.completion_tokens == 1 or self.unsent >= self.stream_interval:
             self.unsent = 0
             self.chunks += 1
-            self.queue.put_nowait(Snapshot("".join(self.parts), self.completion_tokens, done, self.finish_reason))
+            if self.stream:
+                self.queue.put_nowait(Snapshot("".join(self.parts), self.completion_tokens, done,
+                                               self.finish_reason))
         return done
 
     def truth(self, outcome: str) -> dict[str, Any]:
@@ -98,13 +109,13 @@ class SimRequest:
                 "first_token_ns": self.first_ns, "last_token_ns": self.last_ns}
 
 
-def verify(r: SimRequest, batch_size: int, rng: random.Random, spec: model.SpecConfig, t: Totals) -> int:
+def verify(r: SimRequest, batch_size: int, spec: model.SpecConfig, t: Totals) -> int:
     """One verify round of ``r`` in a batch of ``batch_size``: the tokens it produces (its drafts drawn)."""
     r.batch_sum += batch_size
     r.rounds += 1
     if not spec.enabled:
         return min(1, r.limit - r.completion_tokens)
-    acc = model.draw_accepted(rng, r.cond, spec.num_steps)
+    acc = model.draw_accepted(r.rng, r.cond, spec.num_steps)
     r.verify_ct += 1
     r.hist[acc] += 1
     n = min(acc + 1, r.limit - r.completion_tokens)
@@ -117,22 +128,26 @@ def verify(r: SimRequest, batch_size: int, rng: random.Random, spec: model.SpecC
     return n
 
 
+Clock = Callable[[], int]  # nanoseconds on the engine's event loop's clock
+
+
 class Pacer:
     """Sleeps until absolute deadlines, so that timer overshoot never accumulates over rounds."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self.deadline: int | None = None
 
     async def sleep_for(self, cost_ms: float) -> int:
         cost_ns = int(cost_ms * 1e6)
-        now = time.monotonic_ns()
+        now = self.clock()
         if self.deadline is None or now - self.deadline > cost_ns:
             self.deadline = now  # fell behind by more than a round (or idle): do not burst to catch up
         self.deadline += cost_ns
-        delay = self.deadline - time.monotonic_ns()
+        delay = self.deadline - self.clock()
         if delay > 0:
             await asyncio.sleep(delay / 1e9)
-        return time.monotonic_ns()
+        return self.clock()
 
 
 @dataclass(slots=True)
@@ -171,10 +186,11 @@ class Totals:
 
 
 class Engine:
-    def __init__(self, settings: EngineSettings, emit_log: Callable[[str], None]) -> None:
+    def __init__(self, settings: EngineSettings, emit_log: Callable[[str], None],
+                 clock: Clock = time.monotonic_ns) -> None:
         self.s = settings
-        self._emit_log = emit_log
-        self.rng = random.Random(settings.seed)
+        self.clock = clock
+        self.rng = random.Random(settings.seed)  # seeds each request's own generator, in submission order
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []
         self.truth: collections.deque[dict[str, Any]] = collections.deque(maxlen=20_000)
@@ -182,11 +198,12 @@ class Engine:
         self.rounds: collections.deque[tuple[int, int, int]] = collections.deque(maxlen=50_000)
         self.prefills: collections.deque[tuple[int, int, int]] = collections.deque(maxlen=20_000)
         self._wake = asyncio.Event()
-        self.pace = Pacer()
+        self.pace = Pacer(clock)
         self._pause_ns = 0
         self.forward_ct_decode = 0
         self.prefill_ct = 0
-        self.log = DecodeLog(settings.log_family, settings.log_ms, emit_log, settings.log_decode)
+        self.log = DecodeLog(settings.log_family, settings.log_ms, emit_log, settings.log_decode, clock())
+        self.lines = SchedulerLog(settings, self.log, emit_log)
         self.counters: collections.Counter[str] = collections.Counter()
         self.on_finish: Callable[[SimRequest], None] | None = None
         self.on_abort: Callable[[SimRequest], None] | None = None
@@ -198,6 +215,10 @@ class Engine:
     def set_profile(self, profile: model.Profile) -> None:
         self.s.profile = profile
 
+    def reseed(self, seed: int) -> None:
+        """The next requests draw their acceptance as a fresh engine's with ``seed`` would (``/control``)."""
+        self.rng.seed(seed)
+
     def pause(self, seconds: float) -> None:
         self._pause_ns = int(seconds * 1e9)
         self._wake.set()
@@ -207,7 +228,8 @@ class Engine:
 
     # ---- request intake ----------------------------------------------------------------------
     def submit(self, req: SimRequest) -> None:
-        req.prepare(self.s.profile, self.s.spec, self.s.seed)
+        req.prepare(self.s.profile, self.s.spec, self.s.seed, self.clock())
+        req.rng.seed(self.rng.getrandbits(64))
         self.waiting.append(req)
         self._wake.set()
 
@@ -265,14 +287,7 @@ class Engine:
             r.first_ns = now
             self.running.append(r)
             self._append_tokens(r, 1, now)
-        if self.s.log_prefill:
-            elapsed = self.log.prefill_elapsed_s(now)
-            self._emit_log(logfmt.prefill_line(self.s.log_family, logfmt.PrefillStats(
-                new_seq=len(batch), new_tokens=new_tokens, cached_tokens=0, used_tokens=self.used_tokens,
-                token_usage=self.used_tokens / self.s.profile.max_total_tokens, running=running_before,
-                queued=len(self.waiting), pending_tokens=sum(r.prompt_tokens for r in self.waiting),
-                input_throughput=new_tokens / elapsed if elapsed > 0 else 0.0, iteration=self.prefill_ct,
-            ), time.time(), self.s.log_ms))
+        self.lines.prefill(now, len(batch), new_tokens, running_before, self)
 
     def spec_at(self, batch_size: int) -> model.SpecConfig:
         """The speculative settings of a decode step of ``batch_size`` requests (the launch settings unless a
@@ -293,7 +308,7 @@ class Engine:
         for r in batch:
             if r.finish_reason is not None:
                 continue
-            n = verify(r, bs, self.rng, spec, self.totals)
+            n = verify(r, bs, spec, self.totals)
             accepted_total += n - 1 if spec.enabled else 0
             produced += n
             if self.on_step is not None:
@@ -306,14 +321,7 @@ class Engine:
         self.forward_ct_decode += 1
         self.log.add_round(bs, accepted_total, produced)
         if self.forward_ct_decode % self.s.decode_log_interval == 0:
-            self._decode_line(now, bs)
-
-    def _decode_line(self, now: int, batch_size: int) -> None:
-        spec, used = self.s.spec, self.used_tokens
-        self.log.decode_line(now, logfmt.DecodeStats(
-            running=batch_size, used_tokens=used, token_usage=used / self.s.profile.max_total_tokens, accept_tokens=0,
-            forward_ct=0, gen_throughput=0.0, queued=len(self.waiting), iteration=self.forward_ct_decode,
-            num_steps=spec.num_steps, num_draft_tokens=spec.num_draft_tokens, speculative=spec.enabled))
+            self.lines.decode(now, bs, self)
 
     def _append_tokens(self, r: SimRequest, n: int, now: int) -> None:
         self.totals.generation_tokens += n

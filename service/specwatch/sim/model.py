@@ -9,7 +9,9 @@ The first term is the memory-bound floor (weights and KV cache read once per rou
 batch); the second is compute: every extra request in the batch adds ``draft_tokens`` verified tokens at
 ``token_ms`` each. At one stream the second term is zero (the seed table holds); under load speculation pays
 for every draft token it verifies, accepted or not, so its advantage shrinks and crosses plain decoding at
-the batch size ``crossover()`` solves for (``--explain --batch-sizes`` prints it).
+the batch size ``round_crossover()`` solves for. What a real arrival pattern does on top (prefills that stall
+the batch, streams drifting apart) is not a formula here: the oracle runs this engine in virtual time
+(``oracle.py``, ``sim --explain --streams``).
 
 where ``verify_ms(d) = base_step_ms + verify_extra_ms * (1 - exp(-(d - 1) / verify_tau))``: one target
 pass over ``d`` tokens. With ``d = 1`` it is plain decoding (``base_step_ms``); the cost rises steeply and
@@ -196,11 +198,12 @@ def cycle_ms(profile: Profile, spec: SpecConfig, batch_size: float = 1, draft_co
     return single * (1.0 + profile.batch_cost * extra) + profile.token_ms * extra * width
 
 
-def crossover(profile: Profile, spec: SpecConfig, draft_cost: float = 1.0, domain: str = "chat",
-              temperature: float = 0.0) -> float | None:
-    """The batch size at which speculation's per-stream decode rate equals plain decoding's (both cycle
-    costs are linear in the batch size, so it is one division); 1.0 when speculation already loses at one
-    stream, None when it never loses."""
+def round_crossover(profile: Profile, spec: SpecConfig, draft_cost: float = 1.0, domain: str = "chat",
+                    temperature: float = 0.0) -> float | None:
+    """The batch size at which one decode round's per-request rate with speculation equals plain decoding's
+    (both cycle costs are linear in the batch size, so it is one division); 1.0 when speculation already loses
+    at one, None when it never loses. A property of the round alone: where a real arrival pattern crosses over
+    (prefills stalling the batch, streams drifting apart) is the oracle's to say (``oracle.by_load``)."""
     if not spec.enabled:
         return None
     al = expected_accept_length(conditional_probs(profile, spec, acceptance_factor(profile, domain, temperature)))
@@ -323,65 +326,9 @@ def format_explanation(e: Explanation) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class LoadPoint:
-    """Expected decode rates at ``streams`` concurrent closed-loop streams, prefill stalls included."""
-
-    streams: int
-    spec_tokens_per_second: float  # per stream: tokens after the first / (first token → last token)
-    plain_tokens_per_second: float
-    spec_aggregate: float  # all streams, every token, over the whole request cycle
-    plain_aggregate: float
-
-    @property
-    def speedup(self) -> float:
-        return self.spec_tokens_per_second / self.plain_tokens_per_second
-
-
-def load_point(profile: Profile, spec: SpecConfig, streams: int, prompt_tokens: int = 64, output_tokens: int = 256,
-               draft_cost: float = 1.0, domain: str = "chat", temperature: float = 0.0) -> LoadPoint:
-    """The arrival pattern: ``streams`` clients each send their next request as soon as the last ended (a
-    closed loop, like ``bench --concurrency``), prompts of ``prompt_tokens``, ``output_tokens`` each, every
-    request prefilled alone. While one request decodes, each of the other streams' next requests stalls the
-    batch for one prefill: per stream and request, ``streams - 1`` stalls after the first token."""
-    pf = prefill_ms(profile, prompt_tokens)
-
-    def rates(cfg: SpecConfig) -> tuple[float, float]:
-        al = expected_accept_length(conditional_probs(profile, cfg, acceptance_factor(profile, domain, temperature))) \
-            if cfg.enabled else 1.0
-        decode_ms = (output_tokens - 1) / al * cycle_ms(profile, cfg, streams, draft_cost if cfg.enabled else 1.0)
-        per_stream = 1000.0 * (output_tokens - 1) / (decode_ms + (streams - 1) * pf)
-        aggregate = 1000.0 * streams * output_tokens / (streams * pf + decode_ms)
-        return per_stream, aggregate
-
-    s, sa = rates(spec)
-    p, pa = rates(SpecConfig())
-    return LoadPoint(streams, s, p, sa, pa)
-
-
-def format_load_table(profile: Profile, spec: SpecConfig, points: list[LoadPoint], cross: float | None,
-                      prompt_tokens: int, output_tokens: int) -> str:
-    mode = f"{spec.algorithm} steps={spec.num_steps} draft_tokens={spec.num_draft_tokens}"
-    lines = [f"profile {profile.name}: {mode} against plain decoding, by load",
-             f"  arrival pattern: N closed-loop streams, {prompt_tokens}-token prompts, {output_tokens} output tokens,"
-             " each request prefilled alone (its prefill stalls the other N-1)",
-             f"  {'streams':>7}  {'spec tok/s':>10}  {'plain tok/s':>11}  {'speedup':>7}  "
-             f"{'spec aggregate':>14}  {'plain aggregate':>15}"]
-    for pt in points:
-        lines.append(f"  {pt.streams:>7}  {pt.spec_tokens_per_second:>10.1f}  {pt.plain_tokens_per_second:>11.1f}  "
-                     f"{pt.speedup:>7.3f}  {pt.spec_aggregate:>14.0f}  {pt.plain_aggregate:>15.0f}")
-    if cross is None:
-        lines.append("  crossover: none (speculation wins at every load)")
-    elif cross <= 1.0:
-        lines.append("  crossover: speculation loses already at one stream")
-    else:
-        lines.append(f"  crossover: {cross:.1f} running requests (above it plain decoding is faster per stream)")
-    return "\n".join(lines)
-
-
-@dataclass(frozen=True, slots=True)
 class BestSteps:
-    """The model's per-stream decode tok/s of every step count at ``streams`` closed-loop streams (prefill
-    stalls included, as ``load_point``), and the fastest: what the live advisor should find."""
+    """Per-stream decode tok/s of every step count at ``streams`` closed-loop streams, steady state, as the
+    engine does it (``oracle.best_steps``), and the fastest: what the live advisor should find."""
 
     streams: int
     tokens_per_second: tuple[float, ...]  # index = draft steps (0: plain decoding)
@@ -396,17 +343,9 @@ def with_steps(spec: SpecConfig, steps: int) -> SpecConfig:
     return replace(spec, algorithm=spec.algorithm or "EAGLE3", num_steps=steps, num_draft_tokens=width)
 
 
-def best_steps(profile: Profile, spec: SpecConfig, streams: int, max_steps: int = 10, prompt_tokens: int = 64,
-               output_tokens: int = 256, draft_cost: float = 1.0, domain: str = "chat",
-               temperature: float = 0.0) -> BestSteps:
-    rates = tuple(load_point(profile, with_steps(spec, s), streams, prompt_tokens, output_tokens, draft_cost, domain,
-                             temperature).spec_tokens_per_second for s in range(max_steps + 1))
-    return BestSteps(streams, rates, max(range(len(rates)), key=rates.__getitem__))
-
-
 def format_best_steps(rows: list[BestSteps]) -> str:
-    lines = ["best step count by load (per-stream decode tok/s of each step count, 0 = plain decoding; prefill "
-             "stalls included)"]
+    lines = ["best step count by load (per-stream decode tok/s of each step count, 0 = plain decoding; the engine's "
+             "steady state in virtual time)"]
     for r in rows:
         lines.append(f"  {r.streams:>7} streams: best {r.best_steps} at {r.tokens_per_second[r.best_steps]:.1f} tok/s; "
                      + " ".join(f"{s}:{t:.1f}" for s, t in enumerate(r.tokens_per_second)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import ssl
 import sys
@@ -13,9 +14,10 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from . import model
+from ..errors import PromptFileError
+from . import model, oracle, pattern
 from .control import control_routes
-from .engine import Engine
+from .engine import Engine, EngineSettings
 from .faults import FaultPlan
 
 
@@ -57,47 +59,71 @@ def add_sim_flags(p: argparse.ArgumentParser, formats: dict[str, str], default_f
                    help="address of the control port (default 127.0.0.1: it is unauthenticated)")
     p.add_argument("--load-seconds", type=float, default=0.0,
                    help="pretend to load weights for this long before the port opens")
-    p.add_argument("--explain", action="store_true", help="print the expected numbers and exit")
-    p.add_argument("--batch-size", type=int, default=1, help="with --explain: running requests")
-    p.add_argument("--batch-sizes", default=None, metavar="N,N,…",
-                   help="with --explain: the table by load (per-stream and aggregate tok/s, speculative and "
-                        "plain, prefill stalls included) and the crossover")
+    p.add_argument("--explain", action="store_true",
+                   help="print what this engine will do and exit: one decode round at --batch-size running requests, "
+                        "and (same engine, virtual time) the steady state at each of --streams")
+    p.add_argument("--batch-size", type=int, default=1, help="with --explain: running requests in the round explained")
+    p.add_argument("--streams", "--batch-sizes", dest="streams", default=None, metavar="N,N,…",
+                   help="with --explain: the table by load: per-stream and aggregate tok/s of this configuration and "
+                        "of plain decoding at N closed-loop streams, and the crossover (--batch-sizes: its old name)")
     p.add_argument("--max-steps", type=int, default=10,
-                   help="with --explain: the best step count by load among 0 (plain) to this many")
-    p.add_argument("--prompt-tokens", type=int, default=64, help="with --batch-sizes: prompt length")
-    p.add_argument("--output-tokens", type=int, default=256, help="with --batch-sizes: output length")
+                   help="with --explain: the best step count at each load among 0 (plain) to this many")
+    p.add_argument("--arrival", default="together", choices=pattern.ARRIVALS,
+                   help="with --explain: streams started together (bench --concurrency) or --stagger-ms apart; "
+                        "open loop (constant or poisson) at --rate-per-s")
+    p.add_argument("--rate-per-s", type=float, default=None, help="with --explain and an open-loop --arrival")
+    p.add_argument("--stagger-ms", type=float, default=None, help="with --explain --arrival staggered")
+    p.add_argument("--prompt-tokens", type=int, default=None,
+                   help="with --explain: a fixed prompt length (default: the built-in prompts, as bench sends them)")
+    p.add_argument("--prompts", default=None, metavar="FILE",
+                   help="with --explain: the prompts bench --prompts FILE sends")
+    p.add_argument("--output-tokens", type=int, default=None,
+                   help="with --explain: tokens per request (default: bench's --max-tokens, 500)")
+    p.add_argument("--requests", type=int, default=None,
+                   help="with --explain: measured requests per load (default: enough for a steady state)")
     p.add_argument("--cost-scale", type=float, default=1.0,
                    help="multiply every cost of the profile (same shape, faster or slower)")
 
 
-def explain_text(args: argparse.Namespace, spec: model.SpecConfig, draft_cost: float = 1.0) -> str:
-    """``--explain``: one batch size, or with ``--batch-sizes`` the table by load and the crossover."""
-    profile = sim_profile(args)
-    sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()] if args.batch_sizes else [args.batch_size]
-    best = model.format_best_steps([model.best_steps(profile, spec, n, args.max_steps, args.prompt_tokens,
-                                                     args.output_tokens, draft_cost) for n in sizes])
-    if not args.batch_sizes:
-        return model.format_explanation(model.explain(profile, spec, args.batch_size, draft_cost=draft_cost)) + \
-            "\n" + best
-    points = [model.load_point(profile, spec, n, args.prompt_tokens, args.output_tokens, draft_cost) for n in sizes]
-    return model.format_load_table(profile, spec, points, model.crossover(profile, spec, draft_cost),
-                                   args.prompt_tokens, args.output_tokens) + "\n" + best
+def explain_pattern(args: argparse.Namespace) -> pattern.Pattern:
+    """The arrival pattern the flags state, through ``/explain``'s parser (one rule, one set of messages)."""
+    given = {"arrival": args.arrival, "rate_per_s": args.rate_per_s, "stagger_ms": args.stagger_ms,
+             "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens, "requests": args.requests}
+    pat = pattern.parse({k: str(v) for k, v in given.items() if v is not None})
+    return dataclasses.replace(pat, prompts_file=args.prompts) if args.prompts else pat
+
+
+def explain_text(args: argparse.Namespace, settings: EngineSettings) -> str:
+    """``--explain``: one decode round at ``--batch-size``; with ``--streams`` the steady state by load and the
+    crossover; the best step count at each load (1 stream without ``--streams``)."""
+    pat = explain_pattern(args)
+    loads = [int(x) for x in args.streams.split(",") if x.strip()] if args.streams else [1]
+    lines = [model.format_explanation(model.explain(settings.profile, settings.spec, args.batch_size,
+                                                    draft_cost=settings.draft_cost))]
+    if args.streams and pat.rate_per_s is None:
+        lines.append(oracle.format_by_load(settings, pat, *oracle.by_load(settings, pat, loads)))
+    if args.max_steps:
+        lines.append(model.format_best_steps([oracle.best_steps(settings, pat.at(n), args.max_steps) for n in loads]))
+    return "\n".join(lines)
 
 
 def check_sim_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.batch_sizes is not None:
+    if args.streams is not None:
         try:
-            sizes = [int(x) for x in args.batch_sizes.split(",") if x.strip()]
+            sizes = [int(x) for x in args.streams.split(",") if x.strip()]
         except ValueError:
-            parser.error(f"--batch-sizes: {args.batch_sizes!r} is not a list of integers")
-        if not sizes or any(n < 1 or n > 100_000 for n in sizes):
-            parser.error("--batch-sizes: each must be from 1 to 100000")
+            parser.error(f"--streams: {args.streams!r} is not a list of integers")
+        if not sizes or any(n < 1 or n > 10_000 for n in sizes):
+            parser.error("--streams: each must be from 1 to 10000")
     if not 0 <= args.max_steps <= 64:
         parser.error("--max-steps must be from 0 to 64")
-    if args.prompt_tokens < 1 or args.output_tokens < 2:
-        parser.error("--prompt-tokens must be >= 1 and --output-tokens >= 2")
     if not 0.001 <= args.cost_scale <= 100:
         parser.error("--cost-scale must be from 0.001 to 100")
+    if args.explain:
+        try:
+            explain_pattern(args)
+        except (ValueError, PromptFileError) as exc:
+            parser.error(f"--{str(exc).split(':')[0].replace('_', '-')}: {str(exc).partition(': ')[2] or exc}")
 
 
 def sim_profile(args: argparse.Namespace) -> model.Profile:

@@ -163,6 +163,12 @@ class StatsLogger:
             self.log_once()
 
 
+def engine_settings(args: argparse.Namespace) -> EngineSettings:
+    return EngineSettings(profile=sim_profile(args), spec=args.spec, max_running_requests=args.max_num_seqs,
+                          log_decode=False, log_prefill=False, seed=args.seed, draft_cost=args.draft_cost,
+                          steps=args.schedule)
+
+
 async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     gen = args.log_format
     sink = LogSink(not args.quiet, args.log_file)
@@ -171,10 +177,7 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
     def info(msg: str, where: str = "api_server.py:1890", level: str = "INFO") -> None:
         sink(vllm_logfmt.prefix(gen, time.time(), pid, where, level) + msg)
 
-    settings = EngineSettings(profile=sim_profile(args), spec=args.spec,
-                              max_running_requests=args.max_num_seqs, log_decode=False, log_prefill=False,
-                              seed=args.seed, draft_cost=args.draft_cost, steps=args.schedule)
-    engine = Engine(settings, sink)
+    engine = Engine(engine_settings(args), sink)
     metrics = VLLMMetrics(args.name, engine)
     engine.on_finish, engine.on_abort, engine.on_step = metrics.on_finish, metrics.on_abort, metrics.on_step
     ident = ServerIdentity(args.model, args.name, VLLM_VERSION, server_args(args))
@@ -206,7 +209,7 @@ async def serve(args: argparse.Namespace, unknown: list[str]) -> int:
 def main(argv: list[str]) -> int:
     args, unknown = parse(argv)
     if args.explain:
-        print(explain_text(args, args.spec, args.draft_cost))
+        print(explain_text(args, engine_settings(args)))
         return 0
     import uvloop
 
