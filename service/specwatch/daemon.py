@@ -35,7 +35,7 @@ from .export.http import Endpoints
 from .export.page import History
 from .export.page import render as render_page
 from .export.prometheus import Exporter, window_label
-from .export.summary import Summary, TargetState, log_state, server_state
+from .export.snapshot import Snapshot, TargetState, log_state, server_state
 from .export.view import View
 from .probe import prompts as prompt_sets
 from .probe.client import Access, Timeouts, make_session
@@ -64,7 +64,7 @@ OPEN_LOOP_IN_FLIGHT_PER_STREAM = 4
 
 
 def make_source(cfg: config_mod.Config, ingest: LogIngest) -> tuple[LogSource | None, str | None]:
-    """The configured log source and how the summary names it."""
+    """The configured log source and how the snapshot names it."""
     if cfg.log_file:
         return FileFollower(cfg.log_file, ingest, from_start=cfg.from_start), f"file {cfg.log_file}"
     if cfg.log_cmd:
@@ -107,7 +107,7 @@ class Daemon:
         self.started = time.monotonic()
         self.api: dict[str, str] = {}
         self.liveness = Liveness(self.targets, max(60.0, 5 * cfg.interval_s), self.exporter.set_target_up)
-        self.summary: Summary | None = None
+        self.snapshot: Snapshot | None = None
         self.history = History()
         self.exit_now_hooks: list[Callable[[], None]] = []  # run before a second signal's immediate exit
         self.exporter.set_fixed_baseline(cfg.baseline_tps)
@@ -187,8 +187,8 @@ class Daemon:
     async def view_task(self) -> None:
         while True:
             await asyncio.sleep(1.0 if self.view.tty else self.cfg.interval_s)
-            if self.summary is not None:
-                self.view.show(self.summary)
+            if self.snapshot is not None:
+                self.view.show(self.snapshot)
 
     # ---- interval tick -----------------------------------------------------------------------
     def tick(self) -> None:
@@ -215,8 +215,8 @@ class Daemon:
         self.exporter.set_load(result.by_load)
         self.exporter.set_advice(result.advice)
         self.by_load = result.by_load
-        self.summary = summarise(self, result)
-        self.history.add(self.summary)
+        self.snapshot = take_snapshot(self, result)
+        self.history.add(self.snapshot)
         self.exporter.set_tick_seconds(time.perf_counter() - t0)
 
     def _close_lag(self) -> None:
@@ -228,13 +228,13 @@ class Daemon:
                               (iv.max_s or 0) * 1e3)
 
 
-def summarise(d: Daemon, t: TickResult) -> Summary:
-    """The tick's summary for the view, ``/api/summary`` and the page."""
+def take_snapshot(d: Daemon, t: TickResult) -> Snapshot:
+    """The tick's snapshot for the view, ``/api/summary`` and the page."""
     c = d.cfg
     host, port = c.listen_host_port
     vlabel = window_label(c.verdict_window_s)
     baseline = d.curve.describe() if d.curve else ("A/B: " + c.baseline_url if c.baseline_url else None)
-    return Summary(
+    return Snapshot(
         time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), uptime_s=round(time.monotonic() - d.started, 1),
         server_url=c.server_url, api=d.api.get("spec"), metrics_url=f"http://{host}:{port}/metrics",
         targets={tg: TargetState(d.liveness.up.get(tg, False)) for tg in d.targets}, window=vlabel,
@@ -249,9 +249,9 @@ async def serve(d: Daemon) -> int:
     _on_signals(d)
 
     def page() -> str | None:
-        return None if d.summary is None else render_page(d.summary, d.history, d.cfg.interval_s)
+        return None if d.snapshot is None else render_page(d.snapshot, d.history, d.cfg.interval_s)
 
-    endpoints = Endpoints(d.exporter.render, lambda: d.summary, d.liveness.ready, page, d.cfg.api_token)
+    endpoints = Endpoints(d.exporter.render, lambda: d.snapshot, d.liveness.ready, page, d.cfg.api_token)
     runner = web.AppRunner(endpoints.app(), access_log=None)
     await runner.setup()
     c = d.cfg

@@ -37,7 +37,7 @@ FIXED_VALID_LOAD = 2.0
 MAX_POINTS = 64
 MAX_LOAD = 1e6
 MAX_TPS = 1e9
-# how the baseline at a load was obtained: closed set (summary field and metric label)
+# how the baseline at a load was obtained: closed set (snapshot field and metric label)
 STATUSES: tuple[BaselineStatus, ...] = get_args(BaselineStatus)
 
 

@@ -1,7 +1,7 @@
 """The daemon's HTTP endpoints: ``/`` (its page), ``/metrics``, ``/healthz``, ``/readyz``, ``/api/summary``.
 Exporter stage.
 
-Handlers read what the tick left (the instruments' values, the last ``Summary``): beyond rendering the
+Handlers read what the tick left (the instruments' values, the last ``Snapshot``): beyond rendering the
 registry (or the page, for whoever opens it) nothing is computed per request, so a scrape storm cannot stall
 the probes.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
-from .summary import Summary
+from .snapshot import Snapshot
 
 CONTENT_TYPE_PROMETHEUS = "text/plain; version=0.0.4"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -24,7 +24,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 @dataclass(frozen=True, slots=True)
 class Endpoints:
     render_metrics: Callable[[], bytes]
-    summary: Callable[[], Summary | None]
+    snapshot: Callable[[], Snapshot | None]
     ready: Callable[[], bool]
     page: Callable[[], str | None] | None = None  # GET /: the daemon's own page
     api_token: str | None = None  # when set, / and /api/* answer 401 without "Authorization: Bearer <token>"
@@ -37,7 +37,7 @@ class Endpoints:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/api/summary", self.api_summary)
+        app.router.add_get("/api/summary", self.api_snapshot)
         app.router.add_get("/", self.index)
         return app
 
@@ -65,7 +65,7 @@ class Endpoints:
             return web.Response(text="specwatch: starting\n", headers={"Refresh": "1"})
         return web.Response(text=html, content_type="text/html")
 
-    async def api_summary(self, _: web.Request) -> web.Response:
-        s = self.summary()
+    async def api_snapshot(self, _: web.Request) -> web.Response:
+        s = self.snapshot()
         body = orjson.dumps(s, option=orjson.OPT_NON_STR_KEYS) if s is not None else b"{}"
         return web.Response(body=body, content_type="application/json")

@@ -1,5 +1,5 @@
 """The daemon's own page (``GET /``): the verdict in words and in pictures, rendered from the tick's
-``Summary`` and a bounded history of past ticks. Exporter stage; self-contained HTML (inline CSS, inline SVG,
+``Snapshot`` and a bounded history of past ticks. Exporter stage; self-contained HTML (inline CSS, inline SVG,
 a few lines of inline script), nothing fetched from anywhere. It reloads itself every interval."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from html import escape
 from ..analysis.live_advisor import describe
 from ..records import LATENCY_METRICS
 from .format import fmt, ms
-from .summary import Summary
+from .snapshot import Snapshot
 from .svg import Series, bar_chart, line_chart
 from .view import verdict_text
 
@@ -31,7 +31,7 @@ class History:
     def __init__(self, points: int = HISTORY_POINTS) -> None:
         self.points: collections.deque[Point] = collections.deque(maxlen=points)
 
-    def add(self, s: Summary) -> None:
+    def add(self, s: Snapshot) -> None:
         spec = s.probe.get("spec")
         v = s.verdict
         self.points.append(Point(s.uptime_s, spec.tokens_per_second if spec else None, v.baseline_tps,
@@ -55,7 +55,7 @@ th:first-child,td:first-child{text-align:left} .down{color:#b00;font-weight:600}
 """
 
 
-def _latency_table(s: Summary) -> str:
+def _latency_table(s: Snapshot) -> str:
     rows = []
     for tg, p in s.probe.items():
         for m in LATENCY_METRICS:
@@ -66,7 +66,7 @@ def _latency_table(s: Summary) -> str:
             + "".join(rows) + "</table>")
 
 
-def _health(s: Summary) -> str:
+def _health(s: Snapshot) -> str:
     items = [f"<li>target {escape(tg)}: {'up' if st.up else '<span class=down>DOWN</span>'}</li>"
              for tg, st in s.targets.items()]
     lg = s.log
@@ -80,7 +80,7 @@ def _health(s: Summary) -> str:
     return "<ul>" + "".join(items) + "</ul>"
 
 
-def render(s: Summary, history: History, refresh_s: float) -> str:
+def render(s: Snapshot, history: History, refresh_s: float) -> str:
     v = s.verdict
     cls = "slower" if v.below_baseline else "paying" if v.below_baseline is False else ""
     spec = s.probe.get("spec")

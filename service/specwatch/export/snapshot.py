@@ -1,5 +1,6 @@
-"""The daemon's summary: one typed record per tick, read by the terminal view, ``/api/summary`` (as JSON)
-and the page. Exporter stage; built from what the tick already computed, nothing recomputed here."""
+"""The daemon's snapshot: what it knows at the last tick, one typed record per tick, read by the terminal
+view, ``/api/summary`` (as JSON) and the page. Exporter stage; built from what the tick already computed,
+nothing recomputed here."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class LogState:
 
 
 @dataclass(frozen=True, slots=True)
-class Summary:
+class Snapshot:
     time: str
     uptime_s: float
     server_url: str

@@ -1,4 +1,4 @@
-"""Terminal view of the daemon's ``Summary``: a compact live table on a TTY, otherwise one logfmt line per
+"""Terminal view of the daemon's ``Snapshot``: a compact live table on a TTY, otherwise one logfmt line per
 update. Exporter stage."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import IO
 
 from ..analysis.verdict import Verdict
 from .format import fmt, ms
-from .summary import Summary
+from .snapshot import Snapshot
 
 
 def verdict_text(v: Verdict) -> str:
@@ -22,7 +22,7 @@ def verdict_text(v: Verdict) -> str:
     return f"paying off: {fmt(v.speedup)}x baseline (break-even accept length {fmt(need)})"
 
 
-def table(s: Summary) -> str:
+def table(s: Snapshot) -> str:
     lines = [f"specwatch {s.server_url} ({s.api or '?'})   window {s.window}   {s.time}",
              f"{'target':<10}{'up':>4}{'tok/s':>9}{'speedup':>9}{'accept':>8}{'srv acc':>9}{'tok/chunk':>10}"
              f"{'TTFT p50/p99 ms':>18}{'ITL p50/p99 ms':>17}{'errors':>8}"]
@@ -50,7 +50,7 @@ def table(s: Summary) -> str:
     return "\n".join(lines)
 
 
-def logfmt(s: Summary) -> str:
+def logfmt(s: Snapshot) -> str:
     p = s.probe.get("spec")
     v = s.verdict
     srv_w = s.server.windows.get(s.window)
@@ -71,9 +71,9 @@ class View:
         self.out = out or sys.stdout
         self.tty = mode == "table" or (mode == "auto" and self.out.isatty())
 
-    def show(self, summary: Summary) -> None:
+    def show(self, snap: Snapshot) -> None:
         if self.tty:
-            self.out.write("\x1b[H\x1b[2J" + table(summary) + "\n")
+            self.out.write("\x1b[H\x1b[2J" + table(snap) + "\n")
         else:
-            self.out.write(logfmt(summary) + "\n")
+            self.out.write(logfmt(snap) + "\n")
         self.out.flush()

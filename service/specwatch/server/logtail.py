@@ -198,7 +198,7 @@ class CommandSource:
     """A command's stdout (e.g. ``docker logs -f sglang``); restarted with backoff when it exits."""
 
     def __init__(self, cmd: str, on_line: Callable[[str], None], backoff_max_s: float = 30.0) -> None:
-        self.cmd = cmd  # may hold a secret: never logged, never in the summary
+        self.cmd = cmd  # may hold a secret: never logged, never in the snapshot (/api/summary)
         self.pgid: int | None = None  # the running command's process group
         self.state = SourceState()
         self.split = LineSplitter(on_line, self.state)
