@@ -33,7 +33,7 @@ class Series:
     first: str = ""
     last: str = ""
 
-    def summary(self) -> dict[str, Any]:
+    def statistics(self) -> dict[str, Any]:
         def stats(xs: list[float]) -> dict[str, float] | None:
             if not xs:
                 return None
@@ -82,7 +82,7 @@ def analyse(paths: list[str]) -> dict[str, Any]:
                 ser.gen_throughput.append(s.gen_throughput)
     counts["skipped"] = sum(state.skipped.values())
     return {"lines": {k: counts.get(k, 0) for k in (*LOG_RESULTS, "skipped")},
-            "series": {k: v.summary() for k, v in sorted(series.items())}}
+            "series": {k: v.statistics() for k, v in sorted(series.items())}}
 
 
 def _fmt(d: dict[str, float] | None, spec: str = ".2f") -> str:

@@ -49,10 +49,10 @@ def describe(merged: dict[str, HdrHistogram]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def hlog_text(summary: dict[str, dict[str, Any]], files: list[str]) -> str:
+def hlog_text(by_tag: dict[str, dict[str, Any]], files: list[str]) -> str:
     rows = [f"  Interval logs merged ({len(files)} file(s)): latencies in ms",
             f"    {'tag':<26}{'count':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
-    for tag, d in summary.items():
+    for tag, d in by_tag.items():
         scale = 1e3 if tag.partition(".")[2] in LATENCY_METRICS else 1.0
         vals = "".join(fmt(None if d[k] is None else d[k] * scale, ">10.3f") for k in ("p50", "p90", "p99", "max"))
         rows.append(f"    {tag:<26}{d['count']:>10}{vals}")
