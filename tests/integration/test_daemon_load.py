@@ -1,11 +1,11 @@
 """The daemon's verdict at the server's real load, against the simulator whose model states the crossover.
 
-A speculative simulator (mixed profile, 7 draft steps: the model's crossover is ~13.6 running requests) and a
+A speculative simulator (mixed profile, 7 draft steps: the oracle's crossover is ~11.6 streams) and a
 plain one get the same background load (``bench --concurrency N-1``, plus the probe: N running). The
 speculative daemon compares with a baseline curve measured by ``sweep --targets PLAIN --concurrency …``;
 the truth is the same probe measurement on the plain simulator under the same load, by a second daemon.
 Loads ramp 1 → 32; at 4 (below the crossover) and 32 (above) the verdict is checked, and at the end the
-speedup-by-load curve's crossover against the model's."""
+speedup-by-load curve's crossover against the oracle's."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ import pytest
 
 from conftest import Procs, free_port, http_get, http_json, scrape, specwatch_cmd, wait_until
 from specwatch.analysis import baseline as baseline_mod
-from specwatch.sim import model
+from specwatch.sim import model, oracle
+from specwatch.sim.engine import EngineSettings
+from specwatch.sim.pattern import Pattern
 
 pytestmark = pytest.mark.integration
 SIM = ("--profile", "mixed", "--cost-scale", "0.5", "--seed", "5", "--decode-log-interval", "10", "--quiet")
@@ -83,15 +85,16 @@ def test_verdict_at_the_current_load_and_the_speedup_by_load_curve(procs, tmp_pa
         assert status in ("measured", "interpolated"), results
         assert speedup == pytest.approx(truth, rel=0.05), results  # the same-load truth, not the idle one
         assert got_below == below, results
-    # the model's own numbers agree in direction: above 1 at 4, below at 32
-    prof = model.PROFILES["mixed"]
-    cfg = model.SpecConfig.from_flags("EAGLE3", 7, 1, None)
-    assert model.load_point(prof, cfg, 4, output_tokens=128).speedup > 1 > model.load_point(
-        prof, cfg, 32, output_tokens=128).speedup
-    # the speedup-by-load curve and its crossover: within one bucket of the model's
+    # the oracle (the simulator's engine in virtual time, closed loops of N as the sweep and the load run them)
+    # agrees in direction: above 1 at 4, below at 32
+    settings = EngineSettings(profile=model.PROFILES["mixed"].with_overrides(cost_scale=0.5),
+                              spec=model.SpecConfig.from_flags("EAGLE3", 7, 1, None), seed=5)
+    rows, truth_cross = oracle.by_load(settings, Pattern(output_tokens=128), [1, 2, 4, 8, 16, 32])
+    speedup = {r.streams: r.speedup for r in rows}
+    assert speedup[4] > 1 > speedup[32] and truth_cross is not None
+    # the speedup-by-load curve and its crossover: within one bucket of the oracle's
     summary = http_json(d_spec.url + "/api/summary")
     by_load = summary["by_load"]
-    truth_cross = model.crossover(prof, cfg)
     assert by_load["crossover"] is not None, json.dumps(by_load, indent=1)
     assert abs(math.log2(by_load["crossover"]) - math.log2(truth_cross)) <= 1.0, (by_load, truth_cross)
     print("verdicts (speedup, same-load truth, baseline status, below):", results)

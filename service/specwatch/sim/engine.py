@@ -131,8 +131,14 @@ def verify(r: SimRequest, batch_size: int, spec: model.SpecConfig, t: Totals) ->
 Clock = Callable[[], int]  # nanoseconds on the engine's event loop's clock
 
 
+CATCH_UP_NS = 25_000_000  # a host stall up to this long is made up by the rounds after it
+
+
 class Pacer:
-    """Sleeps until absolute deadlines, so that timer overshoot never accumulates over rounds."""
+    """Sleeps until absolute deadlines, so that timer overshoot never accumulates over rounds: a round that
+    woke late (the event loop's millisecond timers, a busy host) is made up by shorter sleeps after it, up to
+    ``CATCH_UP_NS`` or one round behind, whichever is more; further behind (or after idling), the schedule
+    restarts from now."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -141,8 +147,8 @@ class Pacer:
     async def sleep_for(self, cost_ms: float) -> int:
         cost_ns = int(cost_ms * 1e6)
         now = self.clock()
-        if self.deadline is None or now - self.deadline > cost_ns:
-            self.deadline = now  # fell behind by more than a round (or idle): do not burst to catch up
+        if self.deadline is None or now - self.deadline > max(cost_ns, CATCH_UP_NS):
+            self.deadline = now  # far behind (or idle): do not burst to catch up
         self.deadline += cost_ns
         delay = self.deadline - self.clock()
         if delay > 0:
