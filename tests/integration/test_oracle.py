@@ -1,21 +1,24 @@
 """The oracle proven against the engine it speaks for: ``/explain`` (the engine's own code in virtual time)
-against what the same simulator, served, did under ``specwatch bench`` (its ``/truth``), over profiles x
+against what the same simulator, served, did under bench's load (``probe.bounded.collect``, in this process:
+a subprocess per cell cost a second each; its ``/truth``), over profiles x
 step counts x loads. Per cell both per-stream figures bench prints agree within 1%; per profile the crossover
 between the loads and the best step count at each agree.
 
-Each load runs at a ``--cost-scale`` that keeps a round at least 0.15 ms per running request (1.5 ms at
+Each load runs at a ``--cost-scale`` that keeps a round at least 0.25 ms per running request (2 ms at
 least), so the server and the client keep pace on 2 cores; the speedups and the best step count do not depend
 on the scale (every cost scales together). Before each load the engine is reseeded, so the served requests
 draw the acceptance a fresh virtual engine draws: what is compared is timing, not two samples."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
 
-from conftest import http_json, specwatch_cmd
+from conftest import http_json
 from specwatch.analysis.by_load import crossover
+from specwatch.probe.bounded import BenchSpec, collect
 from specwatch.sim import model
 from specwatch.sim.steady import steady
 
@@ -27,21 +30,20 @@ SEED = 5
 
 
 def requests_at(n: int) -> int:
-    return max(10, 4 * n)  # the steady set drops the first wave (n) and the drain (about n)
+    return max(10, 3 * n)  # the steady set drops the first wave (n) and the drain (about n): about n are left
 
 
 def cost_scale(profile: str, n: int) -> float:
-    target_ms = max(1.5, 0.15 * n)
+    target_ms = max(2.0, 0.25 * n)
     return target_ms / model.cycle_ms(model.PROFILES[profile], model.SpecConfig(), n)
 
 
-def served_and_explained(procs, sim, profile: str, n: int) -> tuple[dict, dict]:
+def served_and_explained(sim, profile: str, n: int) -> tuple[dict, dict]:
     http_json(sim.control + "/control", {"profile": profile, "cost_scale": cost_scale(profile, n), "seed": SEED})
     seen = {r["rid"] for r in http_json(sim.control + "/truth")["requests"]}
-    bench = procs.start(specwatch_cmd("bench", "--server-url", sim.url, "--concurrency", str(n), "--num-runs",
-                                      str(requests_at(n)), "--warmup", "1", "--max-tokens", str(OUTPUT)),
-                        f"bench-{profile}-{n}")
-    assert bench.popen.wait(300) == 0, bench.output()[-3000:]
+    _, records = asyncio.run(collect(BenchSpec(server_url=sim.url, concurrency=n, num_runs=requests_at(n), warmup=1,
+                                               max_tokens=OUTPUT), say=lambda line: None))
+    assert all(r.ok for r in records), [r.error for r in records if not r.ok][:3]
     truth = http_json(sim.control + "/truth")
     mine = [r for r in truth["requests"] if r["rid"] not in seen]
     rounds = [(r["end_ns"], r["batch_size"], r["tokens"]) for r in truth["rounds"]]
@@ -67,7 +69,7 @@ def test_explain_is_the_served_engine_at_every_load(procs, profile):
         sim = procs.sim("--profile", profile, "--seed", str(SEED), "--quiet", "--max-running-requests", "128",
                         *flags, name=f"sim-{profile}-{steps}")
         for n in LOADS:
-            served, explained = served_and_explained(procs, sim, profile, n)
+            served, explained = served_and_explained(sim, profile, n)
             for figure in ("tokens_per_second", "decode_tokens_per_second"):
                 err = explained[figure] / served[figure] - 1
                 rows.append((steps, n, figure, served[figure], explained[figure], err))
