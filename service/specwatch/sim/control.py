@@ -30,13 +30,7 @@ def _scale(body: dict[str, Any], key: str) -> float:
 
 
 def _int(v: object, key: str, lo: int, hi: int) -> int:
-    try:
-        n = int(str(v))
-    except ValueError:
-        raise ValueError(f"{key}: {str(v)[:40]!r} is not an integer") from None
-    if not lo <= n <= hi:
-        raise ValueError(f"{key}: must be from {lo} to {hi}")
-    return n
+    return int(pattern.number(v, key, int, lo, hi))
 
 
 def explain_body(settings: EngineSettings, q: Mapping[str, str], batch_size: int) -> dict[str, Any]:

@@ -86,28 +86,24 @@ class Pattern:
         return dataclasses.replace(self, streams=streams)
 
 
-def _int(q: Mapping[str, str], key: str, lo: int, hi: int) -> int | None:
-    if key not in q:
-        return None
+def number(raw: object, key: str, kind: type[int] | type[float], lo: float, hi: float) -> Any:
+    """``raw`` as an int or a float from ``lo`` to ``hi``; ``ValueError`` names ``key``."""
     try:
-        n = int(q[key])
+        x = kind(str(raw))
     except ValueError:
-        raise ValueError(f"{key}: {q[key][:40]!r} is not an integer") from None
-    if not lo <= n <= hi:
-        raise ValueError(f"{key}: must be from {lo} to {hi}")
-    return n
+        raise ValueError(f"{key}: {str(raw)[:40]!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if not (lo <= x <= hi and math.isfinite(x)):
+        shown = "d" if kind is int else "g"
+        raise ValueError(f"{key}: must be from {lo:{shown}} to {hi:{shown}}")
+    return x
+
+
+def _int(q: Mapping[str, str], key: str, lo: int, hi: int) -> int | None:
+    return None if key not in q else int(number(q[key], key, int, lo, hi))
 
 
 def _float(q: Mapping[str, str], key: str, lo: float, hi: float) -> float | None:
-    if key not in q:
-        return None
-    try:
-        x = float(q[key])
-    except ValueError:
-        raise ValueError(f"{key}: {q[key][:40]!r} is not a number") from None
-    if not (lo <= x <= hi and math.isfinite(x)):
-        raise ValueError(f"{key}: must be from {lo:g} to {hi:g}")
-    return x
+    return None if key not in q else float(number(q[key], key, float, lo, hi))
 
 
 def parse(q: Mapping[str, str], streams: int = 1) -> Pattern:
