@@ -39,6 +39,7 @@ class TrafficPlan:
     concurrency: int = 1  # closed loop: streams in flight
     rate_per_s: float | None = None  # open loop when set
     poisson: bool = False
+    burstiness: float | None = None  # open loop: vLLM's gamma arrivals of this shape (over ``poisson``)
     max_in_flight: int = 256  # open loop cap; waiting for a slot counts as schedule lag
     warmup: int = 0
     requests: int | None = None  # measured requests; None = until stopped
@@ -130,7 +131,7 @@ class Traffic:
 
     async def _open(self, rate_per_s: float) -> None:
         plan = self.plan
-        pacer = make_pacer(rate_per_s, plan.poisson, plan.seed)
+        pacer = make_pacer(rate_per_s, plan.poisson, plan.seed, plan.burstiness, plan.requests)
         slots = asyncio.Semaphore(plan.max_in_flight)
         start = time.monotonic_ns()
         tasks: set[asyncio.Task[RequestRecord]] = set()
