@@ -243,10 +243,39 @@ def levels(configs: Sequence[ConfigResult]) -> list[int]:
 
 
 @dataclass(frozen=True, slots=True)
+class VersusPlain:
+    """A configuration against plain decoding at one load (``analysis.comparisons``): per-stream decode tok/s,
+    the ratio of the per-request means less one, its 95% interval and what it says."""
+
+    label: str
+    concurrency: int
+    decode_tokens_per_second: float
+    plain_decode_tokens_per_second: float | None
+    ratio: float | None
+    low: float | None
+    high: float | None
+    outcome: str  # faster | slower | a tie | "" (plain decoding itself, or none measured)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPick:
+    """A load's answer: the fastest configuration, the pick, and the sentence every output prints."""
+
+    concurrency: int
+    pick: str
+    fastest: str
+    steps: int
+    sentence: str
+
+
+@dataclass(frozen=True, slots=True)
 class SweepDoc:
-    """``sweep.json``."""
+    """``sweep.json``. ``winner`` is the pick at the lowest load; ``comparisons`` and ``picks`` are what the
+    terminal, the CSV and the report print."""
 
     configurations: tuple[ConfigResult, ...]
     winner: str | None
     baseline_tokens_per_second: float | None
     version: int = SWEEP_VERSION
+    comparisons: tuple[VersusPlain, ...] = ()
+    picks: tuple[LoadPick, ...] = ()

@@ -53,7 +53,7 @@ def test_sweep_over_concurrency_finds_each_crossover_and_prints_the_schedule(tmp
     line7 = next(ln for ln in p.stdout.splitlines() if ln.strip().startswith("steps=7 crosses"))
     found = float(line7.split("~")[1].split()[0])
     assert 8 < found <= 24, line7  # within the concurrency step that holds the truth
-    assert any(ln.strip() == "steps=3 crosses plain decoding never (at the loads measured)"
+    assert any(ln.strip() == "steps=3 crosses plain decoding (measured): never (at the loads measured)"
                for ln in p.stdout.splitlines()), p.stdout[-3000:]
     # per load band: speculation (k=3 or 7) at low load, and the schedule ready to paste
     assert "concurrency    1: steps=" in p.stdout

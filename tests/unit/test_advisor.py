@@ -3,6 +3,8 @@
 import pytest
 
 from specwatch.analysis import advisor, cost_model, engine_flags
+from specwatch.analysis.compare import Margin
+from specwatch.analysis.comparisons import Comparison
 from specwatch.analysis.cost_model import Measurement
 from specwatch.analysis.engine_flags import ServerSetup
 from specwatch.errors import AnalysisError
@@ -28,11 +30,47 @@ def test_predictions_for_left_out_steps_match_the_model(profile):
     assert f.verify_1_s == pytest.approx(model.PROFILES[profile].base_step_ms / 1000, rel=0.01)
 
 
+def vs_plain(ratio, low, high):
+    return Comparison("steps=2", 1, 90.0 * (1 + ratio), 90.0, Margin(ratio, low, high))
+
+
 def test_seed_fit_recovers_draft_cost_and_says_two_steps_win():
     f = cost_model.fit(measured([0, 1, 2, 3, 5, 10]))
     assert f.draft_step_s == pytest.approx(0.00095, rel=0.02)
-    text = advisor.report(measured([0, 1, 2, 3, 5, 10]), f, 90.0, range(1, 13))
-    assert "Best predicted: 2 steps" in text and "beats plain decoding" in text
+    text = advisor.report(measured([0, 1, 2, 3, 5, 10]), f, 90.0, range(1, 13),
+                          measured={2: vs_plain(0.032, 0.01, 0.05)})
+    assert "Best predicted: 2 steps - measured: beats plain decoding, +3.2% (95% interval +1.0% to +5.0%)" in text
+    assert "the model predicts +3.3%" in text  # the fit's own figure beside the measured one
+    assert "steps  2: measured 92.9 tok/s" in text and "steps  4: predicted" in text
+
+
+def test_a_measured_tie_is_never_called_a_win_by_the_model():
+    f = cost_model.fit(measured([0, 1, 2, 3, 5, 10]))
+    text = advisor.report(measured([0, 1, 2, 3, 5, 10]), f, 90.0, range(1, 13),
+                          measured={2: vs_plain(0.032, -0.05, 0.1)})
+    assert "Best predicted: 2 steps - measured: a tie with plain decoding, +3.2% (95% interval -5.0% to +10.0%); " \
+           "the model predicts +3.3%" in text
+    assert "beats plain decoding" not in text
+
+
+@pytest.mark.parametrize(("steps", "quality"), [
+    ([0, 2, 5], "4 parameters to 3 points: exact fit, not validated; leave-one-out error"),
+    ([0, 2, 5, 10], "4 parameters to 4 points: exact fit, not validated; leave-one-out error"),
+    ([0, 1, 2, 3, 5, 10], "fit error 0.0% rms over 6 points (2 degrees of freedom); leave-one-out error"),
+])
+def test_the_fit_says_its_degrees_of_freedom_and_its_leave_one_out_error(steps, quality):
+    f = cost_model.fit(measured(steps))
+    assert f.quality().startswith(quality) and f.dof == len(steps) - 4
+    assert f.loo_rms_rel_error is not None
+    assert quality in advisor.report(measured(steps), f, 90.0, range(1, 13))
+
+
+def test_leave_one_out_finds_a_point_the_others_do_not_predict():
+    ms = measured([0, 1, 2, 3, 5, 10])
+    slow5 = Measurement("steps=5", 5, 6, 50.0, 50.0, ms[4].accept_length, ms[4].position_acceptance, 500)
+    bent = [*ms[:4], slow5, ms[5]]
+    good, bad = cost_model.fit(ms), cost_model.fit(bent)
+    assert good.loo_rms_rel_error < 0.01 < bad.loo_rms_rel_error
 
 
 def test_a_losing_draft_model_is_told_to_run_without_speculation():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from specwatch import codec
 from specwatch.analysis import advisor
 from specwatch.errors import RecordFileError
-from specwatch.export import sweep_report
+from specwatch.export import sweep_tables
 from specwatch.results import (
     BenchResult,
     ClientLag,
@@ -62,8 +62,8 @@ def test_one_accept_length_rule(steps, client, log, expected):
 def test_the_table_and_the_advisor_use_the_same_accept_length_for_a_vllm_configuration():
     results = [config("baseline", 0, 150.0, None), config("k=3", 3, 180.0, None, 2.4),
                config("k=1", 1, 140.0, None, 1.6)]
-    row = next(ln for ln in sweep_report.table(results).splitlines() if ln.startswith("k=3"))
-    assert row.split()[3:6] == ["2.40", "2.40", f"{2.4 / 180 * 1e3:.2f}"]  # accept, log acc, cycle ms
+    row = next(ln for ln in sweep_tables.table(results, 1).splitlines() if ln.startswith("k=3"))
+    assert row.split()[4:7] == ["2.40", "2.40", f"{2.4 / 180 * 1e3:.2f}"]  # accept, log acc, cycle ms
     ms = {m.label: m for m in advisor.from_results(results)}
     assert ms["k=3"].accept_length == 2.4 and ms["baseline"].accept_length == 1.0
     assert plain_of(results) is results[0]

@@ -16,6 +16,7 @@ experts target shows; a dense target fits with a large ``tau`` (nearly linear).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -46,6 +47,26 @@ class Fit:
     tau: float
     positions: tuple[float, ...]  # pooled per-position acceptance, extrapolated
     rms_rel_error: float
+    points: int = 0  # measured cycle times it was fitted to
+    loo_rms_rel_error: float | None = None  # each point predicted by the fit to the others (None: too few)
+
+    PARAMETERS = 4  # draft step, verify_1, extra, tau
+
+    @property
+    def dof(self) -> int:
+        """Degrees of freedom: points less parameters (0 or below: the curve passes through every point)."""
+        return self.points - self.PARAMETERS
+
+    def quality(self) -> str:
+        """How far to trust it: the residual over its degrees of freedom, and the leave-one-out error."""
+        loo = "" if self.loo_rms_rel_error is None else \
+            f"; leave-one-out error {100 * self.loo_rms_rel_error:.1f}% rms (each point predicted from the others)"
+        if self.dof <= 0:
+            return (f"{self.PARAMETERS} parameters to {self.points} points: exact fit, not validated{loo}"
+                    if loo else f"{self.PARAMETERS} parameters to {self.points} points: exact fit, not validated "
+                    "(measure more configurations to test it)")
+        return f"fit error {100 * self.rms_rel_error:.1f}% rms over {self.points} points ({self.dof} degrees of " \
+               f"freedom){loo}"
 
     def verify_s(self, draft_tokens: int) -> float:
         return self.verify_1_s + self.verify_extra_s * (1.0 - math.exp(-(draft_tokens - 1) / self.tau))
@@ -118,6 +139,22 @@ def _nonneg_fit(rows: list[list[float]], ys: list[float], ws: list[float]) -> li
 
 
 def fit(ms: list[Measurement], max_steps: int = 12) -> Fit:
+    """The least-squares fit, with its leave-one-out error where at least three points leave two to fit."""
+    f = _fit(ms, max_steps)
+    loo = None
+    if len(ms) >= 3:
+        errs = []
+        for i, m in enumerate(ms):
+            try:
+                g = _fit(ms[:i] + ms[i + 1:], max_steps)
+            except AnalysisError:
+                continue
+            errs.append((g.cycle_s(m.steps, m.draft_tokens) - m.cycle_s) / m.cycle_s)
+        loo = math.sqrt(sum(e * e for e in errs) / len(errs)) if errs else None
+    return dataclasses.replace(f, points=len(ms), loo_rms_rel_error=loo)
+
+
+def _fit(ms: list[Measurement], max_steps: int) -> Fit:
     if len(ms) < 2:
         raise AnalysisError("the advisor needs at least two measured configurations")
     spec = [m for m in ms if m.steps > 0]

@@ -2,11 +2,8 @@
 decoding, the schedule that follows, the baseline curve, and the cost model's batch term. Analysis stage;
 pure (sweep results in, numbers and text out).
 
-Per configuration and concurrency the measure is per-stream decode tok/s (tokens after the first ÷ first →
-last token), the quantity the daemon's verdict and the baseline curve use; at a fixed concurrency it ranks
-configurations as aggregate throughput does. A band's winner is the fastest configuration there; its margin
-over plain decoding comes with a 95% interval from the per-request spread, and a margin whose interval holds
-zero is a tie (plain decoding is then the pick: speculation that cannot be told apart from it only costs).
+Per configuration and concurrency the measure is per-stream decode tok/s; each load's pick and every margin
+over plain decoding come from ``comparisons`` (derived once, printed alike everywhere).
 
 The batch term extends the single-stream cycle model (``cost_model.Fit``) as the simulator does:
 ``cycle(s, n) = cycle(s, 1) · (1 + a·(n − 1)) + t·(n − 1)·d`` (``d`` = verify width), fitted by non-negative
@@ -24,39 +21,9 @@ from dataclasses import dataclass
 from ..results import ConfigResult, levels, plain_of
 from .baseline import BaselineCurve, CurvePoint
 from .by_load import crossover
-from .compare import Margin, margin
+from .comparisons import Band, bands
 from .cost_model import Fit
 from .engine_flags import EngineAdvice, advise, setup_of
-
-
-@dataclass(frozen=True, slots=True)
-class Band:
-    concurrency: int
-    winner: str  # the pick: the fastest, or plain decoding when the fastest ties with it
-    fastest: str
-    steps: int  # the pick's draft steps (0: no speculation)
-    tokens_per_second: float  # the fastest's per-stream decode tok/s
-    plain_tokens_per_second: float | None
-    margin: Margin | None  # the fastest over plain decoding
-
-
-def bands(results: Sequence[ConfigResult]) -> list[Band]:
-    plain = plain_of(results)
-    out = []
-    for c in levels(results):
-        ok = [r for r in results if r.ok and r.stream_tps(c)]
-        if not ok:
-            continue
-        fastest = max(ok, key=lambda r: r.stream_tps(c) or 0.0)
-        m = None
-        if plain is not None and fastest is not plain:
-            m = margin(fastest.per_request(c), plain.per_request(c))
-        pick = fastest
-        if plain is not None and (fastest is plain or m is None or m.tie or m.ratio <= 0):
-            pick = plain
-        out.append(Band(c, pick.label, fastest.label, pick.steps, fastest.stream_tps(c) or 0.0,
-                        plain.stream_tps(c) if plain else None, m))
-    return out
 
 
 def crossovers(results: Sequence[ConfigResult]) -> dict[str, float | None]:
@@ -72,6 +39,12 @@ def crossovers(results: Sequence[ConfigResult]) -> dict[str, float | None]:
         pts = [(float(c), s / p) for c in levels(results) if (s := r.stream_tps(c)) and (p := plain.stream_tps(c))]
         out[r.label] = crossover(pts)
     return out
+
+
+def crossing_text(cross: float | None, lowest: int) -> str:
+    if cross is None:
+        return "never (at the loads measured)"
+    return "already at the lowest load" if cross <= lowest else f"at ~{cross:.1f} streams (between the loads measured)"
 
 
 def schedule(bs: list[Band], top: int | None = None) -> list[tuple[int, int, int]]:
@@ -177,15 +150,11 @@ def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: ran
     bs = bands(results)
     if not bs:
         return ""
-    lines = ["By load (per-stream decode tok/s; the winner's margin over plain decoding, 95% interval):"]
-    for b in bs:
-        vs = f" {b.margin.text()} vs plain" if b.margin is not None else ""
-        pick = "" if b.winner == b.fastest else f" -> {b.winner} (a tie is no reason to speculate)"
-        lines.append(f"  concurrency {b.concurrency:>4}: {b.fastest} at {b.tokens_per_second:.1f} tok/s{vs}{pick}")
-    for label, cross in crossovers(results).items():
-        text = "never (at the loads measured)" if cross is None else \
-            ("already at the lowest load" if cross <= min(levels(results)) else f"at ~{cross:.1f} running requests")
-        lines.append(f"  {label} crosses plain decoding {text}")
+    lines = ["By load (measured; per-stream decode tok/s, the fastest's margin over plain decoding, 95% interval):"]
+    lines += [f"  concurrency {b.concurrency:>4}: {b.sentence()}" for b in bs]
+    measured = crossovers(results)
+    for label, cross in measured.items():
+        lines.append(f"  {label} crosses plain decoding (measured): {crossing_text(cross, min(levels(results)))}")
     ranges = schedule(bs)
     lines += ["", "Schedule (batch sizes lo-hi: k draft steps, 0 = plain decoding): "
               + ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in ranges)]
@@ -194,9 +163,13 @@ def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: ran
         bf = fit_batch(results, base)
         if bf is not None:
             lines += ["", f"Batch term: cycle(s, n) = cycle(s, 1) x (1 + {bf.a:.4f} x (n-1)) + {bf.t_s * 1e3:.4f} ms "
-                          f"x (n-1) x (s+1), fitted to {bf.cells} cells", "Predicted crossover:"]
+                          f"x (n-1) x (s+1), fitted to {bf.cells} cells", "Crossover predicted by the batch term (a "
+                          "measured one stands; where they differ, both are shown):"]
+            by_steps = {r.steps: measured[r.label] for r in results if r.label in measured}
             for s in predict_steps:
                 cross = bf.crossover(s)
                 text = "never" if cross is None else ("loses at one stream" if cross <= 1.0 else f"~{cross:.1f}")
+                if s in by_steps:
+                    text = f"measured {crossing_text(by_steps[s], min(levels(results)))}; the model predicts {text}"
                 lines.append(f"  steps {s:>2}: {text}")
     return "\n".join(lines)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import codec
-from ..analysis import advisor, cost_model, engine_flags, load_sweep
+from ..analysis import advisor, comparisons, cost_model, engine_flags, load_sweep
 from ..errors import AnalysisError, RecordFileError
 from ..export import sweep_report
 from ..results import SweepDoc, levels
@@ -32,8 +32,11 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     base = next((m.decode_tokens_per_second for m in ms if m.steps == 0), None)
+    cs = levels(doc.configurations)
+    cmp = comparisons.comparisons(doc.configurations)
+    measured = {r.steps: cmp[r.label, cs[0]] for r in doc.configurations if cs and (r.label, cs[0]) in cmp}
     print(advisor.report(ms, f, base, range(1, max(a.max_steps, *(m.steps for m in ms)) + 1),
-                         chain=engine_flags.chain_draft(engine_flags.setup_of(doc.configurations))))
+                         chain=engine_flags.chain_draft(engine_flags.setup_of(doc.configurations)), measured=measured))
     if len(levels(doc.configurations)) > 1:  # a sweep over load: its schedule and the flags that apply it
         out = Path(a.src).parent
         advice = load_sweep.engine_advice(doc.configurations, str(out))

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import codec, options
-from ..analysis import advisor, cost_model, engine_flags, load_sweep, server_log
+from ..analysis import advisor, comparisons, cost_model, engine_flags, load_sweep, server_log
 from ..analysis import baseline as baseline_mod
 from ..analysis.bench_results import analyse
 from ..analysis.server_log import SamplePool
 from ..errors import AuthError, ConfigError, LaunchError, RecordFileError, TargetError, WorkerError
-from ..export import bench_report, sweep_report
+from ..export import bench_report, sweep_report, sweep_tables
 from ..launch import Server, wait_ready
 from ..options import default
 from ..probe.bounded import BenchSpec, collect
@@ -267,25 +267,23 @@ def plan(sw: SweepSpec) -> list[Step]:
 
 
 def explain(results: list[ConfigResult]) -> str:
-    """Print the table, the winner with its margin's 95% interval, and the advisor; returns the advice."""
+    """Print each load's table, the pick at the lowest load, and the advisor; returns the advice."""
     cs = levels(results)
-    if len(cs) > 1:
-        for c in cs:
-            print(f"\n-- concurrency {c}\n" + sweep_report.table(at_level(results, c)))
-        results = at_level(results, cs[0])
-        print("\n(the winner, advisor and tables below are at the lowest concurrency)")
-    print("\n" + sweep_report.table(results))
-    winner = sweep_report.winner_of(results)
-    if winner is not None:
-        runner, m = sweep_report.winner_margin(results, winner)
-        ahead = f", per-request tok/s {m.text()} against {runner.label}" if m is not None and runner else ""
-        print(f"\nwinner: {winner.label} at {winner.tokens_per_second or 0.0:.1f} tok/s{ahead}")
-    ms = advisor.from_results(results)
+    for c in cs:
+        print(("\n-- concurrency " + str(c) if len(cs) > 1 else "") + "\n" + sweep_tables.table(results, c))
+    band = comparisons.band_at(results, cs[0]) if cs else None
+    if band is not None:
+        where = f" (at {cs[0]} stream{'s' if cs[0] > 1 else ''}, the lowest load)" if len(cs) > 1 else ""
+        print(f"\nwinner: {band.sentence()}{where}")
+    lowest = at_level(results, cs[0]) if cs else results
+    ms = advisor.from_results(lowest)
     if len(ms) < 3:
         return ""
+    cmp = comparisons.comparisons(results)
+    measured = {r.steps: cmp[r.label, cs[0]] for r in lowest if (r.label, cs[0]) in cmp}
     base_decode = next((m.decode_tokens_per_second for m in ms if m.steps == 0), None)
     advice = advisor.report(ms, cost_model.fit(ms), base_decode, range(1, max(12, *(m.steps for m in ms)) + 1),
-                            chain=engine_flags.chain_draft(engine_flags.setup_of(results)))
+                            chain=engine_flags.chain_draft(engine_flags.setup_of(results)), measured=measured)
     print("\n" + advice)
     return advice
 
@@ -340,21 +338,23 @@ def run_all(sw: SweepSpec, todo: list[Step], out: Path) -> tuple[list[ConfigResu
     return results, False
 
 
-def write_report(results: list[ConfigResult], out: Path) -> ConfigResult | None:
-    """The by-load report, the table, the advisor, and every output file; the winner."""
+def write_report(results: list[ConfigResult], out: Path) -> str | None:
+    """The by-load report, the tables, the advisor, and every output file; the pick at the lowest load."""
     load_text = by_load(results, out)
     cs = levels(results)
-    lowest = at_level(results, cs[0]) if cs else results
-    winner, base_tps = sweep_report.winner_of(lowest), sweep_report.baseline_tps(lowest)
+    band = comparisons.band_at(results, cs[0]) if cs else None
+    base_tps = sweep_report.baseline_tps(at_level(results, cs[0]) if cs else results)
     advice = explain(results)
     if load_text:
         advice = advice + "\n\n" + load_text if advice else load_text
-    save(out / "sweep.json", SweepDoc(tuple(results), winner.label if winner else None, base_tps))
-    sweep_report.write_csv(out / "sweep.csv", results)
+    cmp, picks = comparisons.records(results)
+    save(out / "sweep.json", SweepDoc(tuple(results), band.winner if band else None, base_tps, comparisons=cmp,
+                                      picks=picks))
+    sweep_tables.write_csv(out / "sweep.csv", results)
     print(sweep_report.plot(out / "sweep.png", results, base_tps))
-    (out / "report.html").write_text(sweep_report.html(results, winner, base_tps, advice), encoding="utf-8")
+    (out / "report.html").write_text(sweep_report.html(results, band, base_tps, advice), encoding="utf-8")
     print(f"\nresults: {out / 'sweep.json'}, {out / 'sweep.csv'}, {out / 'report.html'}")
-    return winner
+    return band.winner if band else None
 
 
 def parse(argv: list[str]) -> SweepSpec:

@@ -1,14 +1,13 @@
-"""Sweep reports: the comparison table, CSV and PNG of a finished sweep, and the files its engine advice
-names. Exporter stage; pure but for the files it writes."""
+"""Sweep reports: the HTML report and the PNGs of a finished sweep, and the files its engine advice names
+(the terminal's tables and the CSV: ``sweep_tables``). Exporter stage; pure but for the files it writes."""
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
-from ..analysis.compare import Margin, margin
+from ..analysis.comparisons import MEASURE, Band, comparisons
 from ..analysis.engine_flags import EngineAdvice
 from ..results import ConfigResult, levels, plain_of
 from .format import fmt
@@ -22,48 +21,9 @@ def write_advice_files(out: Path, advice: Sequence[EngineAdvice]) -> None:
             (out / name).write_text(content + "\n", encoding="utf-8")
 
 
-def winner_of(results: Sequence[ConfigResult]) -> ConfigResult | None:
-    """The finished configuration with the highest tok/s (the seed's measure)."""
-    return max((r for r in results if r.ok), key=lambda r: r.tokens_per_second or 0.0, default=None)
-
-
 def baseline_tps(results: Sequence[ConfigResult]) -> float | None:
     plain = plain_of(results)
     return plain.tokens_per_second if plain is not None else None
-
-
-def vs_baseline(r: ConfigResult, base_tps: float | None) -> str:
-    tps = r.tokens_per_second
-    return f"{100 * (tps / base_tps - 1):+.1f}%" if base_tps and tps is not None else "-"
-
-
-def table(results: Sequence[ConfigResult]) -> str:
-    """Accept length and cycle time by ``ConfigResult``'s one rule; ``log acc`` is the log's own value."""
-    base_tps = baseline_tps(results)
-    lines = [f"{'configuration':<24}{'tok/s':>8}{'decode':>8}{'accept':>8}{'log acc':>9}{'cycle ms':>10}"
-             f"{'vs baseline':>13}"]
-    for r in results:
-        if not r.ok:
-            lines.append(f"{r.label:<24}  FAILED: {(r.error.splitlines() or [''])[0]}")
-            continue
-        cyc = r.cycle_s
-        lines.append(f"{r.label:<24}{fmt(r.tokens_per_second, '.1f'):>8}{fmt(r.decode_tokens_per_second, '.1f'):>8}"
-                     f"{fmt(r.accept_length):>8}{fmt(r.log_accept_length):>9}"
-                     f"{fmt(None if cyc is None else cyc * 1e3):>10}{vs_baseline(r, base_tps):>13}")
-    return "\n".join(lines)
-
-
-def write_csv(path: Path, results: Sequence[ConfigResult]) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["configuration", "status", "tokens_per_second", "decode_tokens_per_second", "accept_length",
-                    "log_accept_length", "ttft_p50_s", "itl_mean_s", "error"])
-        for r in results:
-            lat = r.results.latency_seconds if r.results else {}
-            w.writerow([r.label, r.status, r.tokens_per_second, r.decode_tokens_per_second,
-                        r.accept_length if r.ok else None, r.log_accept_length,
-                        lat["ttft"].p50 if "ttft" in lat else None, lat["itl"].mean if "itl" in lat else None,
-                        r.error])
 
 
 def plot(path: Path, results: Sequence[ConfigResult], base_tps: float | None) -> str:
@@ -126,15 +86,6 @@ def plot_load(path: Path, results: Sequence[ConfigResult]) -> str:
     return f"load plot: {path}"
 
 
-def winner_margin(results: Sequence[ConfigResult], winner: ConfigResult | None
-                  ) -> tuple[ConfigResult | None, Margin | None]:
-    """The runner-up and the winner's margin over it (per-request tok/s), with its 95% interval."""
-    if winner is None:
-        return None, None
-    runner = winner_of([r for r in results if r is not winner])
-    return runner, (margin(winner.per_request_service(), runner.per_request_service()) if runner else None)
-
-
 CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 table{border-collapse:collapse}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
 th:first-child,td:first-child{text-align:left}.win{background:#e3f6e3}.fail{color:#b00}
@@ -143,26 +94,26 @@ svg text{font-size:11px;fill:#444}svg .label{font-size:12px}svg .grid{stroke:#dd
 pre{background:#f6f6f6;padding:12px;overflow:auto}"""
 
 
-def html(results: Sequence[ConfigResult], winner: ConfigResult | None, base_tps: float | None,
-         advice: str = "") -> str:
-    """``report.html``: the table, the winner with its confidence, the plot and the advisor, self-contained."""
+def html(results: Sequence[ConfigResult], band: Band | None, base_tps: float | None, advice: str = "") -> str:
+    """``report.html``: the pick with its margin, the table, the plot and the advisor, self-contained; every
+    margin is ``comparisons``' own, as the terminal prints it."""
+    c0 = band.concurrency if band is not None else (levels(results) or [1])[0]
+    cmp = comparisons(results)
     rows = []
     for r in results:
         if not r.ok:
-            rows.append(f'<tr class="fail"><td>{escape(r.label)}</td><td colspan="5">FAILED: '
+            rows.append(f'<tr class="fail"><td>{escape(r.label)}</td><td colspan="6">FAILED: '
                         f'{escape((r.error.splitlines() or [""])[0])}</td></tr>')
             continue
-        rows.append(f'<tr class="{"win" if r is winner else ""}"><td>{escape(r.label)}</td>'
-                    f'<td>{fmt(r.tokens_per_second, ".1f")}</td><td>{fmt(r.decode_tokens_per_second, ".1f")}</td>'
-                    f'<td>{fmt(r.accept_length, ".2f")}</td><td>{r.results.ok if r.results else 0}</td>'
-                    f'<td>{vs_baseline(r, base_tps)}</td></tr>')
-    runner, m = winner_margin(results, winner)
-    if winner is None:
-        verdict = "no configuration finished"
-    else:
-        verdict = (f"winner: <b>{escape(winner.label)}</b> at {fmt(winner.tokens_per_second, '.1f')} tok/s"
-                   + (f", per-request tok/s {escape(m.text())} against {escape(runner.label)}" if m and runner
-                      else ""))
+        res, vs = r.at(c0).results, cmp.get((r.label, c0))
+        rows.append(f'<tr class="{"win" if band and r.label == band.winner else ""}"><td>{escape(r.label)}</td>'
+                    f'<td>{fmt(res.decode_tokens_per_second if res else None, ".1f")}</td>'
+                    f'<td>{fmt(res.avg_tokens_per_second if res else None, ".1f")}</td>'
+                    f'<td>{fmt(res.overall_tokens_per_second if res else None, ".1f")}</td>'
+                    f'<td>{fmt(r.at(c0).accept_length, ".2f")}</td><td>{res.ok if res else 0}</td>'
+                    f'<td>{escape(vs.short() if vs else "-")}</td></tr>')
+    where = f" (at {c0} stream{'s' if c0 > 1 else ''}, the lowest load)" if len(levels(results)) > 1 else ""
+    verdict = "no configuration finished" if band is None else f"winner: {escape(band.sentence())}{where}"
     pts = sorted((r.steps, r.tokens_per_second or 0.0) for r in results if r.ok and r.steps)
     series = [Series("tok/s", [(float(s), t) for s, t in pts])]
     if base_tps and pts:
@@ -172,6 +123,6 @@ def html(results: Sequence[ConfigResult], winner: ConfigResult | None, base_tps:
                       x_text=[(float(s), str(s)) for s, _ in pts])
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>specwatch sweep</title>
 <style>{CSS}</style></head><body><h1>specwatch sweep</h1><p id="winner">{verdict}</p>
-<table><tr><th>configuration</th><th>tok/s</th><th>decode tok/s</th><th>accept length</th><th>requests</th>
-<th>vs baseline</th></tr>{"".join(rows)}</table>{plot}
+<table><tr><th>configuration</th><th>decode tok/s per stream</th><th>tok/s per request</th><th>aggregate tok/s</th>
+<th>accept length</th><th>requests</th><th>vs plain ({MEASURE}, 95% interval)</th></tr>{"".join(rows)}</table>{plot}
 {f"<h2>Advisor</h2><pre>{escape(advice)}</pre>" if advice else ""}</body></html>"""
