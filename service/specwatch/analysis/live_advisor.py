@@ -122,7 +122,7 @@ class StepPrediction:
     steps: int
     tokens_per_second: Estimate
     accept_length: float
-    measured: bool  # every position it drafts was measured live, at the running configuration
+    measured: bool  # its tok/s was measured: plain decoding (the baseline) and the running step count
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +135,9 @@ class BucketAdvice:
     best_steps: int | None = None
     gain_vs_running: Estimate | None = None  # best ÷ the running configuration
     gain_vs_plain: Estimate | None = None  # best ÷ plain decoding
+    # without a prior: step counts never measured whose range reaches above the best measured one; the best is
+    # then the best measured, and the rest needs one more configuration measured (``specwatch tune``)
+    undecided: tuple[int, ...] = ()
 
     def prediction(self, steps: int) -> StepPrediction | None:
         return next((p for p in self.predictions if p.steps == steps), None)
@@ -307,13 +310,20 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
         return out
 
     at_centre = chain.positions(centre)
-    preds = [StepPrediction(s, _interval(functools.partial(model.tps, s), centre, stat, ranges_for(s)),
-                            1.0 + sum(at_centre[:s]), chain.measured(s)) for s in steps_range]
-    best = max(preds, key=lambda p: p.tokens_per_second.value).steps
     k = chain.k
+    preds = [StepPrediction(s, _interval(functools.partial(model.tps, s), centre, stat, ranges_for(s)),
+                            1.0 + sum(at_centre[:s]), s in (0, k)) for s in steps_range]
+    undecided: tuple[int, ...] = ()
+    if prior is None:  # only plain decoding and k are measured: the best of those, unless k ties with plain
+        k_vs_plain = _interval(lambda p: model.tps(k, p) / model.tps(0, p), centre, stat, [])
+        best = k if k_vs_plain.lower > 1.0 else 0
+        undecided = tuple(p.steps for p in preds if not p.measured
+                          and p.tokens_per_second.upper > preds[best].tokens_per_second.value)
+    else:
+        best = max(preds, key=lambda p: p.tokens_per_second.value).steps
     vs_run = _interval(lambda p: model.tps(best, p) / model.tps(k, p), centre, stat, ranges_for(best, k))
     vs_plain = _interval(lambda p: model.tps(best, p) / model.tps(0, p), centre, stat, ranges_for(best))
-    return BucketAdvice(b.bucket, b.mean_load, b.requests, "ok", tuple(preds), best, vs_run, vs_plain)
+    return BucketAdvice(b.bucket, b.mean_load, b.requests, "ok", tuple(preds), best, vs_run, vs_plain, undecided)
 
 
 def advise(buckets: Sequence[LoadBucket], curve: BaselineCurve | None,
@@ -361,6 +371,27 @@ def describe(b: BucketAdvice, running: int | None) -> str:
         return f"{where}: {b.status}"
     run = _steps(running) if running is not None else "the running configuration"
     plain = "" if b.best_steps == 0 else f"; {_pct(b.gain_vs_plain)} over plain decoding"
+    more = ""
+    if b.undecided:
+        top = max((p for p in b.predictions if p.steps in b.undecided), key=lambda p: p.tokens_per_second.upper)
+        more = (f"; {_span(b.undecided)} could be faster (up to {top.tokens_per_second.upper:.3g} tok/s at "
+                f"{_steps(top.steps)}): needs one more configuration measured (run `specwatch tune`, or give "
+                "--advisor-prior)")
     if b.best_steps == running:
-        return f"{where}, the running {run} is the best predicted{plain}"
-    return f"{where}, {_steps(b.best_steps)} would give {_pct(b.gain_vs_running)} over the running {run}{plain}"
+        best_word = "the best measured" if b.undecided else "the best predicted"
+        return f"{where}, the running {run} is {best_word}{plain}{more}"
+    if b.best_steps == 0 and running and b.undecided:
+        return f"{where}, plain decoding: the running {run} gives {_pct(_inverse(b.gain_vs_running))} " \
+               f"over it, no gain outside the noise{more}"
+    return f"{where}, {_steps(b.best_steps)} would give {_pct(b.gain_vs_running)} over the running {run}{plain}{more}"
+
+
+def _inverse(e: Estimate) -> Estimate:
+    return Estimate(1.0 / e.value, 1.0 / e.upper if e.upper else 0.0, 1.0 / e.lower if e.lower else math.inf)
+
+
+def _span(steps: Sequence[int]) -> str:
+    if len(steps) == 1:
+        return _steps(steps[0])
+    return f"{steps[0]}-{steps[-1]} steps" if list(steps) == list(range(steps[0], steps[-1] + 1)) else \
+        ", ".join(map(str, steps)) + " steps"
