@@ -5,6 +5,8 @@ verdict in words, charts drawn with data points), checks the console for errors,
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import re
 import shutil
@@ -45,10 +47,33 @@ def console_errors(log: str) -> list[str]:
     return [ln for ln in log.splitlines() if "CONSOLE" in ln and ("Uncaught" in ln or "Error" in ln)]
 
 
+def chart(dom: str, caption: str) -> str:
+    m = re.search(re.escape(caption) + r"</figcaption>(.*?)</figure>", dom, re.S)
+    return "" if m is None else m.group(1)
+
+
 def points(dom: str, caption: str) -> int:
     """Data points drawn in the chart captioned ``caption``."""
-    m = re.search(re.escape(caption) + r"</figcaption>(.*?)</figure>", dom, re.S)
-    return 0 if m is None else m.group(1).count('class="pt"')
+    return chart(dom, caption).count('class="pt"')
+
+
+def tick_steps(dom: str, caption: str) -> dict[str, float]:
+    """Per axis of that chart, the step between its tick labels, after checking there are more than two, evenly
+    spaced, and written without float noise."""
+    out = {}
+    for axis in ("x", "y"):
+        labels = re.findall(rf'class="{axis}tick">([^<]*)<', chart(dom, caption))
+        vals = [float(v) for v in labels]
+        assert len(vals) > 2 and all(re.fullmatch(r"-?\d+(\.\d{1,3})?", v) for v in labels), labels
+        out[axis] = vals[1] - vals[0]
+        assert all(abs(b - a - out[axis]) < 1e-9 for a, b in itertools.pairwise(vals)), labels
+    return out
+
+
+def nice(step: float) -> bool:
+    """1, 2 or 5 times a power of ten."""
+    mantissa = step / 10 ** math.floor(math.log10(step) + 1e-9)
+    return any(abs(mantissa - m) < 1e-6 for m in (1, 2, 5))
 
 
 @pytest.mark.parametrize(("steps", "words"), [(2, "paying off"), (10, "SLOWER than baseline")])
@@ -72,6 +97,9 @@ def test_the_daemons_page_shows_the_verdict_and_its_charts(procs: Procs, tmp_pat
     assert verdict is not None and words in verdict.group(1)
     assert points(dom, "Decode tok/s per stream vs the baseline") >= 3
     assert points(dom, "Accept length vs break-even") >= 3
+    for caption in ("Decode tok/s per stream vs the baseline", "Accept length vs break-even"):
+        assert all(nice(s) for s in tick_steps(dom, caption).values())
+        assert "time since start (s)" in chart(dom, caption)  # a run under two minutes: seconds
     assert points(dom, "Per-position draft acceptance") >= steps  # one bar per draft position
     assert "updated" in dom and "ttft" in dom and not console_errors(log)
     assert http_get(d.url + "/")[0] == 200
@@ -92,5 +120,7 @@ def test_a_sweep_report_opens_from_disk(procs: Procs, tmp_path, chromium):
     dom, log = browse(chromium, tmp_path, report.as_uri(), ARTIFACTS / "sweep-report.png")
     winner = re.search(r'<p id="winner">(.*?)</p>', dom, re.S)
     assert winner is not None and "winner:" in winner.group(1) and "95% interval" in winner.group(1)
-    assert points(dom, "tok/s by draft steps") == 2  # the two speculative configurations; the baseline is a line
+    caption = "Aggregate output tok/s (all streams) by draft steps"
+    assert points(dom, caption) == 2  # the two speculative configurations; the baseline is a line
+    assert tick_steps(dom, caption)["x"] == 1 and nice(tick_steps(dom, caption)["y"])  # steps 2..5: 2, 3, 4, 5
     assert dom.count("<tr") == 4 and not console_errors(log)

@@ -37,7 +37,7 @@ from ..analysis import baseline as baseline_mod
 from ..analysis.bench_results import analyse
 from ..analysis.server_log import SamplePool
 from ..errors import AuthError, ConfigError, LaunchError, RecordFileError, TargetError, WorkerError
-from ..export import bench_report, sweep_report, sweep_tables
+from ..export import bench_report, sweep_plots, sweep_report, sweep_tables
 from ..launch import Server, wait_ready
 from ..options import default
 from ..probe.bounded import BenchSpec, collect
@@ -313,7 +313,7 @@ def by_load(results: list[ConfigResult], out: Path) -> str:
                "its /metrics)")
         print(f"\nbaseline curve (plain decoding by load; {how}): {out / 'baseline-curve.json'} "
               "(specwatch run --baseline-curve FILE)")
-    print(sweep_report.plot_load(out / "sweep-load.png", results))
+    print(sweep_plots.plot_load(out / "sweep-load.png", results))
     return text
 
 
@@ -351,7 +351,7 @@ def write_report(results: list[ConfigResult], out: Path) -> str | None:
     save(out / "sweep.json", SweepDoc(tuple(results), band.winner if band else None, base_tps, comparisons=cmp,
                                       picks=picks))
     sweep_tables.write_csv(out / "sweep.csv", results)
-    print(sweep_report.plot(out / "sweep.png", results, base_tps))
+    print(sweep_plots.plot(out / "sweep.png", results, base_tps))
     (out / "report.html").write_text(sweep_report.html(results, band, base_tps, advice), encoding="utf-8")
     print(f"\nresults: {out / 'sweep.json'}, {out / 'sweep.csv'}, {out / 'report.html'}")
     return band.winner if band else None

@@ -39,7 +39,7 @@ class History:
 
 
 def _xy(points: collections.deque[Point], attr: str) -> list[tuple[float, float]]:
-    return [(p.uptime_s / 60, float(v)) for p in points if (v := getattr(p, attr)) is not None]
+    return [(p.uptime_s, float(v)) for p in points if (v := getattr(p, attr)) is not None]
 
 
 CSS = """
@@ -49,7 +49,7 @@ h1{font-size:20px;margin:0 0 4px} .sub{color:#666;margin-bottom:16px}
 .verdict.slower{background:#fde2e2;color:#8b0000} .verdict.paying{background:#e3f6e3;color:#14532d}
 .grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:16px}
 figure.chart{margin:0} figcaption{font-weight:600;margin-bottom:4px} .legend{font-size:12px}
-svg text{font-size:11px;fill:#444} svg .label{font-size:12px} svg .grid{stroke:#ddd}
+svg text{font-size:11px;fill:#444} svg .label{font-size:12px} svg .grid{stroke:#e4e4e4} .note{color:#666}
 table{border-collapse:collapse} td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
 th:first-child,td:first-child{text-align:left} .down{color:#b00;font-weight:600} .empty{color:#888}
 """
@@ -87,11 +87,12 @@ def render(s: Snapshot, history: History, refresh_s: float) -> str:
     pts = history.points
     tps = line_chart("Decode tok/s per stream vs the baseline", [
         Series("speculative", _xy(pts, "tokens_per_second")),
-        Series("baseline", _xy(pts, "baseline_tps"), dashed=True)], "minutes since start", "tok/s")
+        Series("baseline", _xy(pts, "baseline_tps"), dashed=True)], "time since start", "decode tok/s per stream",
+        "time")
     accept = line_chart("Accept length vs break-even", [
         Series("accept length", _xy(pts, "accept_length")),
-        Series("break-even", _xy(pts, "breakeven_accept_length"), dashed=True)], "minutes since start",
-        "tokens / verify round")
+        Series("break-even", _xy(pts, "breakeven_accept_length"), dashed=True)], "time since start",
+        "tokens / verify round", "time")
     probe_pos = spec.position_acceptance if spec else ()
     server_pos: tuple[float, ...] = ()
     for sample in s.server.last.values():

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
+from .ticks import Ticks, data_ticks, nice_ticks, time_ticks
+
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
@@ -19,54 +21,64 @@ class Series:
     dashed: bool = False  # a reference line (baseline, break-even)
 
 
-def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
-    if hi <= lo:
-        return [lo]
-    step = 10 ** math.floor(math.log10((hi - lo) / n))
-    for m in (1, 2, 5, 10):
-        if (hi - lo) / (step * m) <= n:
-            step *= m
-            break
-    first = math.ceil(lo / step) * step
-    return [first + i * step for i in range(int((hi - first) / step) + 1)]
+X_KINDS = ("number", "whole", "time")  # time: x in seconds, shown in s, min or h by the span
+WIDTH, HEIGHT = 560, 250
+LEFT, RIGHT, TOP, BOTTOM = 56, 16, 10, 42
 
 
 def _fmt(v: float) -> str:
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
-def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str, width: int = 560,
-               height: int = 240, x_text: Sequence[tuple[float, str]] | None = None) -> str:
+def _empty(title: str) -> str:
+    return f'<figure class="chart"><figcaption>{escape(title)}</figcaption><p class="empty">no data yet</p></figure>'
+
+
+def _x_axis(lo: float, hi: float, kind: str, label: str) -> tuple[Ticks, float, str]:
+    """The x ticks, the divisor placing an x value on them, and the axis label with its unit."""
+    if kind == "time":
+        t = time_ticks(lo, hi)
+        return t.ticks, t.seconds, f"{label} ({t.unit})"
+    return nice_ticks(lo, hi, min_step=1.0 if kind == "whole" else 0.0), 1.0, label
+
+
+def _legend(series: Sequence[Series], note: str) -> str:
+    keys = " ".join(f'<span style="color:{COLOURS[i % len(COLOURS)]}">{"╌╌ " if s.dashed else "━━ "}'
+                    f'{escape(s.name)}</span>' for i, s in enumerate(series))
+    return f'<div class="legend">{keys}{f" <span class=note>· y {escape(note)}</span>" if note else ""}</div>'
+
+
+def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str, x_kind: str = "number") -> str:
+    """Ticks from ``ticks`` on both axes; the y range fitted to the data (``data_ticks``), said in the legend
+    when it leaves zero out; the legend above the plot, clear of the data."""
     pts = [(x, y) for s in series for x, y in s.points if math.isfinite(y) and math.isfinite(x)]
     if not pts:
-        return (f'<figure class="chart"><figcaption>{escape(title)}</figcaption>'
-                f'<p class="empty">no data yet</p></figure>')
-    left, right, top, bottom = 56, 12, 10, 40
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y0, y1 = min(0.0, min(p[1] for p in pts)), max(p[1] for p in pts) * 1.1 or 1.0
-    x1 = x1 if x1 > x0 else x0 + 1
+        return _empty(title)
+    xt, x_div, x_text = _x_axis(min(p[0] for p in pts), max(p[0] for p in pts), x_kind, x_label)
+    yt = data_ticks(min(p[1] for p in pts), max(p[1] for p in pts))
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def sx(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * (width - left - right)
+        return LEFT + (x / x_div - xt.lo) / (xt.hi - xt.lo) * plot_w
 
     def sy(y: float) -> float:
-        return height - bottom - (y - y0) / (y1 - y0) * (height - top - bottom)
+        return HEIGHT - BOTTOM - (y - yt.lo) / (yt.hi - yt.lo) * plot_h
 
-    legend = " ".join(f'<span style="color:{COLOURS[i % len(COLOURS)]}">{"- - " if s.dashed else "— "}'
-                      f'{escape(s.name)}</span>' for i, s in enumerate(series))
-    out = [f'<figure class="chart"><figcaption>{escape(title)}</figcaption><div class="legend">{legend}</div>'
-           f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+    out = [f'<figure class="chart"><figcaption>{escape(title)}</figcaption>{_legend(series, yt.note())}'
+           f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
            f'aria-label="{escape(title)}">']
-    for t in _ticks(y0, y1):
-        out.append(f'<line x1="{left}" x2="{width - right}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" class="grid"/>'
-                   f'<text x="{left - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
-    for x, text in x_text or [(x0, _fmt(x0)), (x1, _fmt(x1))]:
-        anchor = "start" if x == x0 and len(x_text or ()) != 1 else "end" if x == x1 else "middle"
-        out.append(f'<text x="{sx(x):.1f}" y="{height - bottom + 16}" text-anchor="{anchor}">{escape(text)}</text>')
-    mid_y = (top + height - bottom) / 2
-    out.append(f'<text x="{(left + width - right) / 2}" y="{height - 4}" text-anchor="middle" class="label">'
-               f'{escape(x_label)}</text><text x="12" y="{mid_y}" class="label" '
-               f'transform="rotate(-90 12 {mid_y})" text-anchor="middle">{escape(y_label)}</text>')
+    for v, text in zip(yt.values, yt.labels, strict=True):
+        y = sy(v)
+        out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+                   f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="ytick">{text}</text>')
+    for v, text in zip(xt.values, xt.labels, strict=True):
+        x = sx(v * x_div)
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{HEIGHT - BOTTOM}" class="grid"/>'
+                   f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" class="xtick">{text}</text>')
+    mid_y = (TOP + HEIGHT - BOTTOM) / 2
+    out.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 6}" text-anchor="middle" class="label">'
+               f'{escape(x_text)}</text><text x="14" y="{mid_y}" class="label" '
+               f'transform="rotate(-90 14 {mid_y})" text-anchor="middle">{escape(y_label)}</text>')
     for i, s in enumerate(series):
         colour = COLOURS[i % len(COLOURS)]
         good = [(x, y) for x, y in s.points if math.isfinite(y) and math.isfinite(x)]
@@ -82,20 +94,21 @@ def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
     return "".join(out)
 
 
-def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], y_max: float = 1.0, width: int = 560,
-              height: int = 200) -> str:
+def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], y_max: float = 1.0) -> str:
+    """Bars from 0 to ``y_max`` (values beyond it clamped), y ticks from ``nice_ticks``."""
     if not values:
-        return (f'<figure class="chart"><figcaption>{escape(title)}</figcaption>'
-                f'<p class="empty">no data yet</p></figure>')
-    left, bottom, top = 40, 28, 10
+        return _empty(title)
+    width, height, left, bottom, top = WIDTH, 200, 40, 28, 10
     slot = (width - left) / len(values)
     out = [f'<figure class="chart"><figcaption>{escape(title)}</figcaption>'
            f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
            f'aria-label="{escape(title)}">']
-    for t in (0.0, y_max / 2, y_max):
+    yt = nice_ticks(0.0, y_max)
+    y_max = yt.hi
+    for t, text in zip(yt.values, yt.labels, strict=True):
         y = height - bottom - t / y_max * (height - top - bottom)
         out.append(f'<line x1="{left}" x2="{width}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-                   f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(t)}</text>')
+                   f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" class="ytick">{text}</text>')
     for i, (label, v) in enumerate(zip(labels, values, strict=True)):
         h = max(0.0, min(v, y_max)) / y_max * (height - top - bottom)
         x = left + i * slot + slot * 0.15
