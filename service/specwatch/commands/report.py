@@ -49,13 +49,18 @@ def describe(merged: dict[str, HdrHistogram]) -> dict[str, dict[str, Any]]:
     return out
 
 
+# Each row's unit: latencies are printed in ms, the other histograms in their own unit (``stats.unit``).
+UNITS = {"decode_tps": "tok/s", "tokens_per_chunk": "tokens/chunk", "accept_length": "tokens/round"}
+
+
 def hlog_text(by_tag: dict[str, dict[str, Any]], files: list[str]) -> str:
-    rows = [f"  Interval logs merged ({len(files)} file(s)): latencies in ms",
-            f"    {'tag':<26}{'count':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
+    rows = [f"  Interval logs merged ({len(files)} file(s))",
+            f"    {'tag':<26}{'unit':<14}{'count':>10}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"]
     for tag, d in by_tag.items():
-        scale = 1e3 if tag.partition(".")[2] in LATENCY_METRICS else 1.0
+        metric = tag.partition(".")[2]
+        scale, name = (1e3, "ms") if metric in LATENCY_METRICS else (1.0, UNITS.get(metric, ""))
         vals = "".join(fmt(None if d[k] is None else d[k] * scale, ">10.3f") for k in ("p50", "p90", "p99", "max"))
-        rows.append(f"    {tag:<26}{d['count']:>10}{vals}")
+        rows.append(f"    {tag:<26}{name:<14}{d['count']:>10}{vals}")
     return "\n".join(rows)
 
 
