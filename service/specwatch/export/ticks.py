@@ -93,12 +93,13 @@ def data_ticks(lo: float, hi: float) -> Ticks:
 
 
 def time_ticks(lo_s: float, hi_s: float) -> TimeTicks:
-    """Ticks for times in seconds: seconds up to a 2-minute span, minutes up to 2 hours, then hours; whole
-    numbers of the unit except for spans under two seconds."""
+    """Ticks for times in seconds: seconds up to a 3-minute span, minutes up to 3 hours, then hours (a span
+    just past 2 units would leave a third of the plot empty past the last whole tick); whole numbers of the
+    unit except for spans under two seconds."""
     span = abs(hi_s - lo_s)
     if span < 1e-9:  # one sample: a second from it
         hi_s, span = lo_s + 1.0, 1.0
-    two = 2 * (1 - 1e-9)  # 2.05 - 0.05 is 1.9999999999999998
-    unit, name, size = next((u for u in reversed(TIME_UNITS) if span >= two * u[2]), TIME_UNITS[0])
-    whole = 1.0 if span >= two * size else 0.0
+    tol = 1 - 1e-9  # 2.05 - 0.05 is 1.9999999999999998
+    unit, name, size = next((u for u in reversed(TIME_UNITS) if span >= 3 * tol * u[2]), TIME_UNITS[0])
+    whole = 1.0 if span >= 2 * tol * size else 0.0
     return TimeTicks(nice_ticks(lo_s / size, hi_s / size, min_step=whole), unit, name, size)
