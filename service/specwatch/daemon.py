@@ -163,7 +163,7 @@ class Daemon:
         targets = []
         for name, url in urls.items():
             target = await wait_for_target(session, name, url, c.api, self.stop, self.liveness.set_up,
-                                           on_info=self.on_server_info)
+                                           on_info=self.on_server_info, on_failed=self.on_record)
             if target is None:
                 return  # stopped before the target came up
             self.api[name] = target.api

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,16 @@ from typing import Any
 import aiohttp
 
 from ..errors import AuthError, TargetError
-from ..records import MAX_ACCEPT_LENGTH, Api, ApiChoice, ServerKind, TargetName, vllm_accept_length
+from ..records import (
+    MAX_ACCEPT_LENGTH,
+    Api,
+    ApiChoice,
+    Outcome,
+    RequestRecord,
+    ServerKind,
+    TargetName,
+    vllm_accept_length,
+)
 from ..redaction import REDACTED, scrub
 from .client import get_json, get_text
 from .stream import Target
@@ -170,20 +180,37 @@ async def lifetime_accept_length(session: aiohttp.ClientSession, info: ServerInf
     return None
 
 
+def detection_failure(name: TargetName, t0_ns: int, exc: BaseException) -> RequestRecord:
+    """A detection attempt the target refused (``connect_error``) or let time out (``timeout``), as the failed
+    probe it stands for. Its API is not known yet: the OpenAI one, which detection asks last."""
+    now = time.monotonic_ns()
+    outcome = Outcome.TIMEOUT if isinstance(exc, TimeoutError) else Outcome.CONNECT_ERROR
+    return RequestRecord(api="completions", target=name, prompt_id="detect", domain="detect", warmup=False,
+                         intended_ns=t0_ns, sent_ns=t0_ns, done_ns=now, chunk_ns=(), chunk_tokens=(),
+                         tokens_exact=True, prompt_tokens=0, output_tokens=0, outcome=outcome,
+                         error=f"detecting the API: {exc or type(exc).__name__}")
+
+
 async def wait_for_target(session: aiohttp.ClientSession, name: TargetName, url: str, api: ApiChoice,
                           stop: asyncio.Event,
                           on_up: Callable[[str, bool], None], max_delay_s: float = 5.0,
-                          on_info: Callable[[str, ServerInfo], None] | None = None) -> Target | None:
-    """Detect ``url`` until it answers (backing off up to ``max_delay_s``), reporting up/down through ``on_up``.
+                          on_info: Callable[[str, ServerInfo], None] | None = None,
+                          on_failed: Callable[[RequestRecord], None] | None = None) -> Target | None:
+    """Detect ``url`` until it answers (backing off up to ``max_delay_s``), reporting up/down through ``on_up``
+    and every attempt the target refused or let time out as a failed probe record (``on_failed``): a target
+    that is down counts as down in the probe counts too, not as no traffic.
     With a fixed ``api`` the first failure is enough: the probes themselves will say when it comes up.
     None when ``stop`` is set first; ``AuthError`` at once when the target refuses the key."""
     delay = 1.0
     while True:
+        t0 = time.monotonic_ns()
         try:
             info = await detect(session, url, api)
         except AuthError:
             raise  # a wrong or missing key: no retry mends it
         except (*UNREACHABLE, TargetError) as exc:
+            if on_failed is not None and isinstance(exc, aiohttp.ClientConnectorError | TimeoutError):
+                on_failed(detection_failure(name, t0, exc))
             on_up(name, False)
             log.warning("target %s (%s) not reachable yet: %s", name, url, exc or type(exc).__name__)
             if api != "auto":
