@@ -10,6 +10,7 @@ field.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import types
@@ -21,7 +22,18 @@ from typing import Any, TypeVar
 import orjson
 
 from .errors import RecordFileError
-from .records import APIS, SAMPLE_SOURCES, TARGETS, LoopLag, Outcome, RequestRecord, RunInfo, ServerSample, SpecStats
+from .records import (
+    APIS,
+    SAMPLE_SOURCES,
+    TARGETS,
+    LoopLag,
+    Outcome,
+    RequestRecord,
+    RunInfo,
+    Schedule,
+    ServerSample,
+    SpecStats,
+)
 from .results import SWEEP_VERSION, SweepDoc
 
 T = TypeVar("T")
@@ -126,6 +138,7 @@ def _run(d: dict[str, Any]) -> RunInfo:
     if not isinstance(running, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in running):
         raise RecordFileError("server_running: expected a list of counts")
     return RunInfo(**(d | {"loop_lag": from_json(LoopLag, d.get("loop_lag", {}), "loop_lag"),
+                           "schedule": from_json(Schedule, d.get("schedule", {}), "schedule"),
                            "server_running": tuple(running)}))
 
 
@@ -206,6 +219,11 @@ def from_json(tp: Any, v: Any, at: str) -> Any:
         inner = [a for a in args if a is not type(None)]
         if len(inner) == 1:
             return from_json(inner[0], v, at)
+        if all(a in SCALARS for a in inner):  # e.g. vLLM's request rate: a number or "inf"
+            for a in inner:
+                with contextlib.suppress(RecordFileError):
+                    return _scalar(a, v, at)
+            raise RecordFileError(f"{at or 'value'}: {v!r} is not of type {' or '.join(a.__name__ for a in inner)}")
         raise TypeError(f"{at}: unions of several types are not decoded")  # a bug in a record's declaration
     if origin is typing.Literal:
         if v not in args:
@@ -226,6 +244,9 @@ def from_json(tp: Any, v: Any, at: str) -> Any:
             raise RecordFileError(f"{at}: expected an object")
         return {_key(args[0], k, at): from_json(args[1], x, _where(at, k)) for k, x in v.items()}
     return _scalar(tp, v, at)
+
+
+SCALARS = (int, float, str, bool)
 
 
 def _key(tp: Any, k: str, at: str) -> Any:

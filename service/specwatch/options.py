@@ -85,6 +85,16 @@ def positive(kind: type, hi: float) -> Check:
 DAY_S = 86_400.0
 
 
+def rate_or_all(key: str, v: Any) -> float:
+    """A request rate, or ``inf`` (``vllm bench serve --request-rate``'s default): every request at once."""
+    if (isinstance(v, str) and v.strip().lower() in ("inf", "infinity")) or (isinstance(v, float) and v == math.inf):
+        return math.inf
+    try:
+        return float(positive(float, 100_000)(key, v))
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (or inf: every request at once)") from None
+
+
 def choice(*allowed: str) -> Check:
     def check(key: str, v: Any) -> Any:
         if v not in allowed:
@@ -194,6 +204,7 @@ class Option:
     many: bool = False  # may be given several times (a list)
     flag: bool = True  # False: environment and config file only (secrets never go on a command line)
     flag_name: str | None = None  # the flag, when it is not the key's (sweep's --concurrency takes a list)
+    aliases: tuple[str, ...] = ()  # other flags for the same key (vllm bench serve's names)
     default: Any = None  # the one place a default is written; the commands' dataclasses read it (``default``)
     by_command: Mapping[str, Any] = field(default_factory=dict)  # where one command's default differs
 
@@ -219,12 +230,25 @@ OPTIONS: dict[str, Option] = {
     "api_key_file": Option(typed(str), "read the target's API key from this file"),
     "ca_file": Option(typed(str), "CA bundle (PEM) to verify the target's TLS certificate"),
     # bench
-    "num_runs": Option(positive(int, 10_000_000), "measured requests", default=5),
+    "num_runs": Option(positive(int, 10_000_000), "measured requests (alias: vllm bench serve's --num-prompts)",
+                       default=5, aliases=("--num-prompts",)),
     "warmup": Option(at_least(int, 0, hi=1_000_000), "warm-up requests, recorded apart and discarded", default=1),
     "poisson": Option(typed(bool), "open loop: Poisson arrivals instead of constant", default=False),
     "max_in_flight": Option(positive(int, 100_000), "open loop: cap on streams in flight (waits are schedule lag)",
                             default=256),
-    "seed": Option(at_least(int, 0, hi=2**63 - 1), "seed of the Poisson arrivals", default=0),
+    "seed": Option(at_least(int, 0, hi=2**63 - 1), "seed of the Poisson and gamma arrivals", default=0),
+    # vllm bench serve's traffic flags, with its meanings (bench)
+    "request_rate": Option(rate_or_all, "vllm bench serve's name for --rate-per-s, with its default arrivals: "
+                                        "requests per second, Poisson unless --burstiness says otherwise; inf: "
+                                        "every request at once (closed loop of --max-concurrency streams, else one "
+                                        "stream per request)"),
+    "burstiness": Option(positive(float, 1_000), "open loop: vllm bench serve's gamma arrivals of this shape (1: "
+                                                 "Poisson; < 1 burstier, > 1 more even); with --request-rate or "
+                                                 "--rate-per-s"),
+    "max_concurrency": Option(positive(int, 100_000), "vllm bench serve's name: streams in flight, = --concurrency in "
+                                                      "the closed loop, = --max-in-flight with a request rate"),
+    "verbose": Option(typed(bool), "print the seed script's line for every request (Run i/N: … tok/s) instead of "
+                                   "the progress bar", default=False),
     "workers": Option(positive(int, 256), "probe processes, each with its own event loop; the schedule is split "
                       "between them and their records merged into one report", default=1),
     "tokenizer": Option(typed(str), "tokenizer.json of the served model (needs the tokenizers extra): exact tokens "
@@ -286,7 +310,7 @@ def default(key: str, command: str = "") -> Any:
     return opt.by_command.get(command, opt.default)
 
 
-BOOL_KEYS = frozenset({"ignore_eos", "poisson", "log_stdin", "from_start", "server_metrics"})
+BOOL_KEYS = frozenset({"ignore_eos", "poisson", "log_stdin", "from_start", "server_metrics", "verbose"})
 
 
 def as_written(value: Any) -> str:
@@ -307,14 +331,14 @@ def add_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
             continue
         shown = "" if default is None or default is False else f" (default {as_written(default)})"
         if key in BOOL_KEYS:
-            p.add_argument(flag(key), dest=key, action="store_const", const=True, default=None,
+            p.add_argument(flag(key), *opt.aliases, dest=key, action="store_const", const=True, default=None,
                            help=opt.help + (" (default)" if default is True else ""))
             if default is True:
                 p.add_argument(flag("no_" + key), dest=key, action="store_const", const=False, default=None)
         elif opt.many:
-            p.add_argument(flag(key), dest=key, action="append", default=None, help=opt.help)
+            p.add_argument(flag(key), *opt.aliases, dest=key, action="append", default=None, help=opt.help)
         else:
-            p.add_argument(flag(key), dest=key, default=None, help=opt.help + shown)
+            p.add_argument(flag(key), *opt.aliases, dest=key, default=None, help=opt.help + shown)
 
 
 def validate(values: Mapping[str, Any], where: str, allowed: Iterable[str]) -> dict[str, Any]:

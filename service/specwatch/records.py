@@ -178,9 +178,22 @@ class LoopLag:
     max_ms: float | None = None
     samples: int = 0
     distorted_spans_ns: tuple[tuple[int, int], ...] = ()
+    distorted_cpu_share: float | None = None  # the probe process's CPU time / wall time over the distorted intervals
+    cpus: int = 0  # cores the run could use (0: not recorded)
+    workers: int = 1  # probe processes it ran
 
     def overlaps(self, start_ns: int, end_ns: int) -> bool:
         return any(a < end_ns and start_ns < b for a, b in self.distorted_spans_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A bench run's arrivals in ``vllm bench serve``'s terms, as its results document writes them."""
+
+    num_prompts: int = 0  # measured requests
+    request_rate: float | str = "inf"  # requests per second; "inf" (vLLM's spelling): a closed loop, all at once
+    burstiness: float | str = 1.0  # the gamma arrivals' shape (1: Poisson, vLLM's default); "inf": constant gaps
+    max_concurrency: int | None = None  # streams (closed loop) or the cap on them (open loop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +211,7 @@ class RunInfo:
     start_wall_s: float | None = None  # Unix time of the first send: labels a replay's .hlog like the run's
     loop_lag: LoopLag = LoopLag()  # the client's own event-loop lag
     server_running: tuple[int, ...] = ()  # running requests in the server's /metrics while the run ran (busy only)
+    schedule: Schedule = Schedule()  # the arrivals (absent from records files before 0.5: the default)
 
 
 @dataclass(frozen=True, slots=True)

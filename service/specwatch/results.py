@@ -30,16 +30,34 @@ class Spread:
     mean: float | None = None
 
 
+# A lag delays the stamp of a chunk's arrival (and of the send) by at most itself, so every reported interval
+# (a TTFT, a chunk gap and the per-token ITL split from it) is off by at most the lag: relative to the shortest
+# median interval the report gives, that is its error. Under this share the figures hold to their printed digits.
+LAG_SHARE = 0.05
+CPU_BOUND_SHARE = 0.8  # the process on a CPU this much of a lagging interval: its own work held the loop
+
+
 @dataclass(frozen=True, slots=True)
 class ClientLag(LoopLag):
-    """``LoopLag`` as the results report it, with the requests its distorted spans touched."""
+    """``LoopLag`` as the results report it, with the requests its distorted spans touched and whether the lag
+    moved a reported figure beyond ``bound_ms`` (``LAG_SHARE`` of the shortest median interval: the inter-chunk
+    gap or the TTFT)."""
 
     requests_in_distorted_intervals: int = 0
+    bound_ms: float | None = None
+    distorts: bool = False
 
     @classmethod
-    def of(cls, lag: LoopLag, records: Sequence[RequestRecord]) -> ClientLag:
+    def of(cls, lag: LoopLag, records: Sequence[RequestRecord], shortest_s: float | None = None) -> ClientLag:
         hit = sum(1 for r in records if lag.overlaps(r.sent_ns, r.done_ns)) if lag.distorted_spans_ns else 0
-        return cls(**{f.name: getattr(lag, f.name) for f in fields(LoopLag)}, requests_in_distorted_intervals=hit)
+        bound_ms = max(lag.threshold_ms, LAG_SHARE * shortest_s * 1e3) if shortest_s else lag.threshold_ms
+        distorts = bool(lag.distorted_intervals) and (lag.worst_interval_p99_ms or 0.0) > bound_ms
+        return cls(**{f.name: getattr(lag, f.name) for f in fields(LoopLag)}, requests_in_distorted_intervals=hit,
+                   bound_ms=bound_ms, distorts=distorts)
+
+    @property
+    def cpu_bound(self) -> bool:
+        return self.distorted_cpu_share is not None and self.distorted_cpu_share >= CPU_BOUND_SHARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +133,46 @@ class DomainResult:
 
 
 @dataclass(frozen=True, slots=True)
-class BenchDoc:
-    """The ``bench --json`` / ``report --json`` document."""
+class ServeMetrics:
+    """``vllm bench serve``'s result keys (vLLM 0.32), same names and units, computed as it computes them
+    (``analysis.serve_metrics``), so a script written for its JSON reads ``bench --json``. Milliseconds where the
+    name says ``_ms``, seconds for ``duration``, per second for throughputs; ``p99_*`` is its default
+    ``--metric-percentiles``. Statistics over no value are 0.0, as vLLM writes them."""
+
+    duration: float  # s: the measured phase, first request's intended start to the last request's end
+    completed: int  # requests that streamed at least one token chunk and ended ok
+    failed: int
+    total_input_tokens: int  # prompt tokens of the completed requests
+    total_output_tokens: int
+    request_throughput: float  # completed / duration (aggregate)
+    output_throughput: float  # output tokens / duration (aggregate over every stream)
+    total_token_throughput: float | None  # (input + output tokens) / duration; None: a prompt count was missing
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    std_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float  # per request: (last chunk - first chunk) / (output tokens - 1), first token excluded
+    median_tpot_ms: float
+    std_tpot_ms: float
+    p99_tpot_ms: float
+    mean_itl_ms: float  # vLLM's ITL: one value per gap between token chunks (a chunk may carry several tokens)
+    median_itl_ms: float
+    std_itl_ms: float
+    p99_itl_ms: float
+    mean_e2el_ms: float  # send to the last token chunk
+    median_e2el_ms: float
+    std_e2el_ms: float
+    p99_e2el_ms: float
+    num_prompts: int
+    request_rate: float | str  # "inf": a closed loop (vLLM: every request at once)
+    burstiness: float | str  # "inf": constant gaps
+    max_concurrency: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BenchDoc(ServeMetrics):
+    """The ``bench --json`` / ``report --json`` document: vllm bench serve's keys (``ServeMetrics``) flat at the
+    top, then specwatch's own."""
 
     server_url: str
     api: str

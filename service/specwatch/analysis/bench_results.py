@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..recorder.stats import Stats
 from ..recorder.windows import Interval
 from ..records import OUTCOMES, LoopLag, RequestRecord, RunInfo
-from ..results import BenchDoc, BenchResult, ClientLag, DomainResult, RunResult, Spread
+from ..results import BenchDoc, BenchResult, ClientLag, DomainResult, RunResult, ServeMetrics, Spread
+from .serve_metrics import serve_metrics
 
 REPORTED = ("ttft", "itl", "inter_chunk", "e2e", "service", "schedule_lag")
 
@@ -35,9 +36,12 @@ def analyse(info: RunInfo, records: Sequence[RequestRecord]) -> Analysis:
         overall.merge(st)
     start = min((r.sent_ns for r in measured), default=0)
     interval = Interval(start, max((r.done_ns for r in measured), default=start), {"spec": overall})
-    doc = BenchDoc(info.server_url, info.api, info.model, info.server_info, info.settings,
-                   summarise(overall, measured, info.lifetime_accept_length, info.loop_lag), by_domain(domains),
-                   tuple(RunResult.of(r) for r in measured))
+    serve = serve_metrics(measured, info.schedule)
+    doc = BenchDoc(**{f.name: getattr(serve, f.name) for f in fields(ServeMetrics)},
+                   server_url=info.server_url, api=info.api, model=info.model, server_info=info.server_info,
+                   config=info.settings,
+                   results=summarise(overall, measured, info.lifetime_accept_length, info.loop_lag),
+                   by_domain=by_domain(domains), runs=tuple(RunResult.of(r) for r in measured))
     return Analysis(doc, interval)
 
 
@@ -58,6 +62,8 @@ def summarise(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_le
     ok = [r for r in records if r.ok and r.service_ns > 0]
     per = [t for r in ok if (t := r.service_tokens_per_second) is not None]
     wall_s = wall_seconds(records)
+    latency = {name: spread(stats, name) for name in REPORTED}
+    medians = [m for name in ("inter_chunk", "ttft") if (m := latency[name].p50)]
     return BenchResult(
         requests=len(records), ok=len(ok),
         overall_tokens_per_second=sum(r.output_tokens for r in ok) / wall_s if wall_s > 0 else None,
@@ -65,7 +71,7 @@ def summarise(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_le
         min_tokens_per_second=min(per) if per else None,
         max_tokens_per_second=max(per) if per else None,
         decode_tokens_per_second=stats.decode_tokens_per_second,
-        latency_seconds={name: spread(stats, name) for name in REPORTED},
+        latency_seconds=latency,
         tokens_per_chunk=spread(stats, "tokens_per_chunk"),
         accept_length_client=stats.accept_length,
         accept_length_server_per_request=stats.server_accept_length,
@@ -76,7 +82,7 @@ def summarise(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_le
         out_of_range=dict(stats.out_of_range),
         approximated_token_counts=stats.approx_requests,
         tokens_per_chunk_bound=max((r.chunk_tokens_max for r in records if r.chunk_tokens_max), default=None),
-        event_loop_lag=ClientLag.of(loop_lag, records))
+        event_loop_lag=ClientLag.of(loop_lag, records, min(medians, default=None)))
 
 
 def by_domain(per_domain: Mapping[str, Stats]) -> dict[str, DomainResult]:

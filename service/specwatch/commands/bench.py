@@ -17,6 +17,7 @@ from .. import options
 from ..analysis.bench_results import analyse
 from ..errors import AuthError, ConfigError, TargetError, WorkerError
 from ..export import bench_report
+from ..export.progress import progress_for
 from ..probe import prompts as prompt_sets
 from ..probe.bounded import DEFAULTS, BenchSpec, collect
 from ..probe.tokens import Tokenizer, refine
@@ -25,14 +26,17 @@ from ..probe.tokens import Tokenizer, refine
 async def bench(spec: BenchSpec, tokenizer: Tokenizer | None = None, key_source: str = "") -> int:
     """The command; ``tokenizer``: ``spec.tokenizer`` already loaded (``main`` loads it before the run, to
     refuse a bad one at once), else it is loaded here when given."""
+    progress = progress_for(spec.num_runs, sys.stderr)
     try:
-        info, records = await collect(spec)
+        info, records = await collect(spec, progress=progress)
     except AuthError as exc:
         print(f"specwatch bench: {exc}: {key_source}", file=sys.stderr)
         return 2
     except (TargetError, WorkerError) as exc:
         print(f"specwatch bench: {exc}", file=sys.stderr)
         return 1
+    finally:
+        progress.close()
     if spec.tokenizer:  # after the run: exact counts for streams that had only a final usage total
         tok = tokenizer or Tokenizer(spec.tokenizer)
         records = [refine(r, tok) for r in records]

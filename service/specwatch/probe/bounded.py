@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,9 +16,9 @@ from typing import Any
 
 import aiohttp
 
-from ..errors import AuthError, ResponseTooLarge, TargetError
+from ..errors import AuthError, ConfigError, ResponseTooLarge, TargetError
 from ..options import default
-from ..records import ApiChoice, LoopLag, RequestRecord, RunInfo
+from ..records import ApiChoice, LoopLag, RequestRecord, RunInfo, Schedule
 from ..server.scrape import running_from_text
 from . import lag as lag_mod
 from . import prompts as prompt_sets
@@ -37,6 +38,9 @@ class BenchSpec:
     warmup: int = default("warmup")
     concurrency: int = default("concurrency")
     rate_per_s: float | None = default("rate_per_s")
+    request_rate: float | None = default("request_rate")  # vLLM's: inf = all at once
+    burstiness: float | None = default("burstiness")
+    max_concurrency: int | None = default("max_concurrency")
     poisson: bool = default("poisson")
     max_in_flight: int = default("max_in_flight")
     prompts: str | None = default("prompts")
@@ -54,12 +58,47 @@ class BenchSpec:
     json: str | None = default("json")
     records: str | None = default("records")
     hlog: str | None = default("hlog")
+    verbose: bool = default("verbose")
+
+    def __post_init__(self) -> None:
+        """vLLM's traffic flags beside ours: one meaning each, or a message naming both."""
+        if self.rate_per_s is not None and self.request_rate is not None:
+            raise ConfigError("rate_per_s and request_rate are alternatives (--request-rate is vllm bench serve's "
+                              "name): give at most one")
+        if self.burstiness is not None and self.rate is None:
+            raise ConfigError("burstiness: needs a finite request rate (--request-rate or --rate-per-s)")
+        if self.burstiness is not None and self.poisson:
+            raise ConfigError("burstiness and poisson are alternatives (--burstiness 1 is Poisson)")
+
+    @property
+    def rate(self) -> float | None:
+        """The open loop's requests per second; None: a closed loop."""
+        r = self.rate_per_s if self.rate_per_s is not None else self.request_rate
+        return None if r is None or math.isinf(r) else r
+
+    @property
+    def arrivals_shape(self) -> float | None:
+        """The gamma arrivals' shape: --burstiness, or 1 (Poisson) under vLLM's --request-rate, as vLLM does."""
+        if self.burstiness is not None:
+            return self.burstiness
+        return 1.0 if self.request_rate is not None and self.rate is not None else None
 
     @property
     def plan(self) -> TrafficPlan:
-        return TrafficPlan(concurrency=self.concurrency, rate_per_s=self.rate_per_s, poisson=self.poisson,
-                        max_in_flight=self.max_in_flight, warmup=self.warmup, requests=self.num_runs,
-                        seed=self.seed)
+        everyone = self.request_rate is not None and math.isinf(self.request_rate)  # vLLM: all sent at time 0
+        streams = self.max_concurrency or (self.num_runs if everyone else self.concurrency)
+        return TrafficPlan(concurrency=streams, rate_per_s=self.rate, poisson=self.poisson,
+                           burstiness=self.arrivals_shape, max_in_flight=self.max_concurrency or self.max_in_flight,
+                           warmup=self.warmup, requests=self.num_runs, seed=self.seed)
+
+    @property
+    def schedule(self) -> Schedule:
+        """The arrivals as vllm bench serve's results name them."""
+        plan = self.plan
+        if plan.rate_per_s is None:
+            return Schedule(self.num_runs, "inf", 1.0, plan.concurrency)
+        shape = plan.burstiness if plan.burstiness is not None else 1.0 if plan.poisson else "inf"
+        return Schedule(self.num_runs, plan.rate_per_s, shape, plan.max_in_flight)
 
     def __repr__(self) -> str:
         return f"BenchSpec(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"
@@ -68,7 +107,7 @@ class BenchSpec:
     def settings(self) -> dict[str, Any]:
         """The options that shape the measurement (not where its outputs go, never a secret)."""
         return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in ("json", "records", "hlog", "api_key", "api_key_file")}
+                if k not in ("json", "records", "hlog", "api_key", "api_key_file", "verbose")}
 
     @property
     def timeouts(self) -> Timeouts:
@@ -83,11 +122,15 @@ DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(BenchS
 
 
 class Printer:
-    """Prints the seed script's per-request lines as records arrive, and keeps the records."""
+    """Keeps the records as they arrive and reports them: the seed script's per-request lines (``say``, every
+    measured one only with ``verbose``) and each record to ``progress`` (bench's progress bar) when given."""
 
-    def __init__(self, plan: TrafficPlan, say: Callable[[str], None]) -> None:
+    def __init__(self, plan: TrafficPlan, say: Callable[[str], None], verbose: bool = True,
+                 progress: Callable[[RequestRecord], None] | None = None) -> None:
         self.plan = plan
         self.say = say
+        self.verbose = verbose
+        self.progress = progress
         self.records: list[RequestRecord] = []
         self.measuring = asyncio.Event()  # set once the warm-up requests are done
         if plan.warmup == 0:
@@ -102,34 +145,48 @@ class Printer:
             state = f"done ({rec.output_tokens} tokens)" if rec.ok else f"failed ({rec.outcome}: {rec.error})"
             self.say(f"  Warmup {n}/{self.plan.warmup} {state}" + ("\n" if n == self.plan.warmup else ""))
             return
-        head = f"  Run {len(self.records) - self.plan.warmup}/{self.plan.requests}:"
-        tps = rec.service_tokens_per_second
-        if rec.ok and tps is not None:
-            self.say(f"{head} {rec.output_tokens} tokens in {rec.service_ns / 1e9:.2f}s = {tps:.1f} tok/s "
-                     f"(prompt: {rec.prompt_tokens} toks)")
-        else:
-            self.say(f"{head} failed ({rec.outcome}: {rec.error})")
+        if self.verbose:
+            self.say(run_line(len(self.records) - self.plan.warmup, self.plan.requests, rec))
+        if self.progress is not None:
+            self.progress(rec)
 
 
-async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[RunInfo, list[RequestRecord]]:
-    """Run the benchmark, printing the seed script's lines. ``TargetError`` when ``--api auto`` cannot
+def run_line(i: int, n: int | None, rec: RequestRecord) -> str:
+    """The seed script's line for measured request ``i`` of ``n``."""
+    head = f"  Run {i}/{n}:"
+    tps = rec.service_tokens_per_second
+    if rec.ok and tps is not None:
+        return (f"{head} {rec.output_tokens} tokens in {rec.service_ns / 1e9:.2f}s = {tps:.1f} tok/s "
+                f"(prompt: {rec.prompt_tokens} toks)")
+    return f"{head} failed ({rec.outcome}: {rec.error})"
+
+
+async def collect(spec: BenchSpec, say: Callable[[str], None] = print,
+                  progress: Callable[[RequestRecord], None] | None = None) -> tuple[RunInfo, list[RequestRecord]]:
+    """Run the benchmark, printing the seed script's lines (with ``progress``, bench's progress bar, the
+    per-request ones only under ``--verbose``). ``TargetError`` when ``--api auto`` cannot
     reach or recognise the server, ``AuthError`` when it refuses the key, ``WorkerError`` when a worker died."""
     plist = prompt_sets.read(spec.prompts) if spec.prompts else prompt_sets.builtin()
     plan = spec.plan
     params = GenParams(max_tokens=spec.max_tokens, temperature=spec.temperature, ignore_eos=spec.ignore_eos)
-    printer = Printer(plan, say)
+    printer = Printer(plan, say, spec.verbose or progress is None, progress)
     async with make_session(spec.timeouts, spec.access) as session:
         try:
             info = await detect(session, spec.server_url, spec.api)
         except AuthError:
             raise
+        except aiohttp.ClientConnectorError as exc:  # refused (or no route): each request will record it
+            info = ServerInfo("completions" if spec.api == "auto" else spec.api)
+            if spec.api == "auto":
+                say(f"cannot detect the API of {spec.server_url} ({exc}): probing /v1/completions (served by "
+                    "SGLang and vLLM alike), so every request records its outcome")
         except (*UNREACHABLE, TargetError) as exc:
             if spec.api == "auto":
                 raise TargetError(f"cannot detect the API of {spec.server_url}: {exc or type(exc).__name__}. "
                                   "Start the server or pass --api.") from None
             info = ServerInfo(spec.api)
-        mode = (f"rate={spec.rate_per_s}/s{' poisson' if spec.poisson else ''}" if spec.rate_per_s
-                else f"concurrency={spec.concurrency}")
+        mode = (f"rate={plan.rate_per_s}/s{arrivals(plan)}, max in flight {plan.max_in_flight}"
+                if plan.rate_per_s is not None else f"concurrency={plan.concurrency}")
         say(f"Benchmarking {spec.server_url} (api {info.api}, {mode})")
         say(f"  max_tokens={spec.max_tokens}, num_runs={spec.num_runs}, warmup={spec.warmup}\n")
         setup = ProbeSetup(plan, [Target("spec", spec.server_url, info.api, info.model)], plist, params,
@@ -142,7 +199,7 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
         finally:
             done.set()
         running = await sampler
-        lag = lag_mod.loop_lag(intervals) if intervals else LoopLag()
+        lag = lag_mod.loop_lag(intervals, workers=spec.workers) if intervals else LoopLag()
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
     steps, draft_tokens = speculation_of(info.engine, info.info) if info.info else (None, None)
@@ -150,8 +207,14 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print) -> tuple[
                   steps=steps, draft_tokens=draft_tokens,
                   lifetime_accept_length=lifetime, settings=spec.settings,
                   start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9, loop_lag=lag,
-                  server_running=tuple(running))
+                  server_running=tuple(running), schedule=spec.schedule)
     return run, printer.records
+
+
+def arrivals(plan: TrafficPlan) -> str:
+    if plan.burstiness is not None:
+        return " poisson" if plan.burstiness == 1 else f" gamma (burstiness {plan.burstiness:g})"
+    return " poisson" if plan.poisson else ""
 
 
 LOAD_EVERY_S = 0.5
