@@ -23,7 +23,7 @@ class Series:
 
 X_KINDS = ("number", "whole", "time")  # time: x in seconds, shown in s, min or h by the span
 WIDTH, HEIGHT = 560, 250
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 10, 42
+LEFT, RIGHT, TOP, BOTTOM, INSET = 56, 16, 10, 42, 6
 
 
 def _fmt(v: float) -> str:
@@ -58,8 +58,8 @@ def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
     yt = data_ticks(min(p[1] for p in pts), max(p[1] for p in pts))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
-    def sx(x: float) -> float:
-        return LEFT + (x / x_div - xt.lo) / (xt.hi - xt.lo) * plot_w
+    def sx(x: float) -> float:  # the data inset by INSET from the frame, so end points are not cut in half
+        return LEFT + INSET + (x / x_div - xt.lo) / (xt.hi - xt.lo) * (plot_w - 2 * INSET)
 
     def sy(y: float) -> float:
         return HEIGHT - BOTTOM - (y - yt.lo) / (yt.hi - yt.lo) * plot_h
