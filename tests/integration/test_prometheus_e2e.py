@@ -6,6 +6,7 @@ The shipped rules are used as they are, except ``for:``, which ``shorten_for`` r
 rule evaluations instead of the production 10 s / 5 m)."""
 
 import json
+import math
 import re
 import urllib.parse
 from pathlib import Path
@@ -52,15 +53,19 @@ def spec_flags(engine: str, steps: int) -> tuple[str, ...]:
 
 
 def stack(procs: Procs, tmp: Path, steps: int, prometheus_bin: str, engine: str = "sglang",
-          sim_out: list | None = None):
+          sim_out: list | None = None, cost_scale: float = 1.0):
+    """``cost_scale`` runs the simulator that much faster or slower and scales with it the daemon's baseline
+    (90 tok/s at 1) and its verdict window (30 s at 1, whole seconds, rounded up): at least the same probes per
+    window, so at least the same statistics."""
     log = tmp / "server.log"
-    sim = procs.sim("--profile", "seed", *spec_flags(engine, steps), "--log-file", str(log), "--quiet",
-                    name=f"sim{steps}")
+    sim = procs.sim("--profile", "seed", "--cost-scale", str(cost_scale), *spec_flags(engine, steps), "--log-file",
+                    str(log), "--quiet", name=f"sim{steps}")
     if sim_out is not None:
         sim_out.append(sim)
     dport = free_port()
-    procs.start(specwatch_cmd("run", "--server-url", sim.url, "--log-file", str(log), "--baseline-tps", "90",
-                              "--listen", f"127.0.0.1:{dport}", "--interval-s", "1", "--verdict-window-s", "30",
+    procs.start(specwatch_cmd("run", "--server-url", sim.url, "--log-file", str(log), "--baseline-tps",
+                              str(90 / cost_scale), "--listen", f"127.0.0.1:{dport}", "--interval-s", "1",
+                              "--verdict-window-s", str(math.ceil(30 * cost_scale)),
                               "--max-tokens", "100", "--pause-s", "0", "--min-requests", "4"), f"daemon{steps}")
     rules = shorten_for(tmp / "rules.yml", {"SpeculationBelowBaseline": "3s", "SpeculationMisconfigured": "5s"})
     cfg = tmp / "prometheus.yml"
@@ -142,25 +147,31 @@ def test_misconfigured_is_quiet_at_the_best_step_count_and_fires_after_an_accept
     plain decoding is measured faster at this load, and SpeculationMisconfigured fires with the advisor's
     best step count (0) in its text."""
     sims: list = []
-    base, _ = stack(procs, tmp_path, 2, prometheus_bin, sim_out=sims)
+    # at a quarter of the seed's costs, with a quarter of the verdict window (8 s): a window holds at least the
+    # same number of probes (about 16 after the collapse: 100 tokens at 54 tok/s take 1.9 s, 0.47 s here), so the
+    # advisor's intervals are as wide as at full cost; tok/s are 4x the seed's, their ratios the same
+    cost = 0.25
+    base, _ = stack(procs, tmp_path, 2, prometheus_bin, sim_out=sims, cost_scale=cost)
     wait_until(lambda: prom_query(base, 'specwatch_advisor_best_steps{load_bucket="1"} == 2'), timeout_s=120,
                what="the advisor's best is the running 2 steps")
-    more_probes(base, 8, timeout_s=90)
+    # quiet for as long as at full cost (8 probes of ~1.15 s there: about twice the shortened for:), 4x the probes
+    more_probes(base, int(8 / cost), timeout_s=90)
     assert alerts(base, "SpeculationMisconfigured") == []
     gains = prom_query(base, 'specwatch_advisor_predicted_gain_lower_ratio{load_bucket="1"}[5m]')[0]["values"]
     assert all(float(v) <= 1.05 for _, v in gains) and gains[-1][1] == "1", gains
-    assert http_json(sims[0].control + "/control", {"accept_scale": 0.3})["accept_length"] == pytest.approx(1.2305,
-                                                                                                       abs=0.001)
+    # (a /control change states both scales: each applies to the profile as named, not to the running one)
+    collapse = http_json(sims[0].control + "/control", {"accept_scale": 0.3, "cost_scale": cost})
+    assert collapse["accept_length"] == pytest.approx(1.2305, abs=0.001)
     firing = wait_until(lambda: [a for a in alerts(base, "SpeculationMisconfigured") if a["state"] == "firing"],
                         timeout_s=180, what="SpeculationMisconfigured firing")
     assert firing[0]["labels"]["load_bucket"] == "1"
     assert "running 0 draft steps" in firing[0]["annotations"]["description"]
     # once the verdict window holds only collapsed rounds, the advice is the model's: plain decoding's 90 tok/s
-    # over 2 steps' 1.23 tokens per 22.64 ms round (54.4 tok/s)
+    # over 2 steps' 1.23 tokens per 22.64 ms round (54.4 tok/s), each at the cost scale
     def settled() -> float | None:
         got = prom_query(base, 'specwatch_advisor_predicted_tokens_per_second{load_bucket="1",steps="2"}')
         v = float(got[0]["value"][1]) if got else None
-        return v if v is not None and v == pytest.approx(1.2305 / 0.02264, rel=0.08) else None
+        return v if v is not None and v == pytest.approx(1.2305 / (0.02264 * cost), rel=0.08) else None
 
     wait_until(settled, timeout_s=120, what="the advisor's 2-step prediction at the collapsed acceptance")
     gain = float(prom_query(base, 'specwatch_advisor_predicted_gain_ratio{load_bucket="1"}')[0]["value"][1])
