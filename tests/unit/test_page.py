@@ -54,7 +54,7 @@ def test_line_chart_ticks_are_several_and_nice_and_the_y_range_fits_the_data():
                            Series("base", [(4.0, 75.0), (30.18, 75.0)], dashed=True)], "time since start", "tok/s",
                      "time")
     assert ticks(svg, "y") == ["65", "70", "75", "80", "85", "90", "95"]
-    assert ticks(svg, "x") == ["0", "10", "20", "30", "40"] and "time since start (s)" in svg
+    assert ticks(svg, "x") == ["0", "5", "10", "15", "20", "25", "30", "35"] and "time since start (s)" in svg
     assert "axis from 65 to 95, not from 0" in svg  # said, in the legend row above the plot
     near_zero = line_chart("t", [Series("a", [(0.0, 10.0), (600.0, 92.0)])], "time since start", "y", "time")
     assert ticks(near_zero, "y")[0] == "0" and "not from 0" not in near_zero

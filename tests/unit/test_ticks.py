@@ -44,7 +44,7 @@ def test_data_ticks_fit_the_data_and_say_when_zero_is_left_out(lo, hi, labels, n
 
 @pytest.mark.parametrize(("lo_s", "hi_s", "unit", "labels"), [
     (4, 30, "s", ("0", "5", "10", "15", "20", "25", "30")),
-    (4.002, 30.18, "s", ("0", "10", "20", "30", "40")),  # the old "0.0667 … 0.503 minutes"
+    (4.002, 30.18, "s", ("0", "5", "10", "15", "20", "25", "30", "35")),  # the old "0.0667 … 0.503 minutes"
     (0, 150, "s", ("0", "50", "100", "150")),  # 2.5 minutes: 0, 1, 2, 3 min would leave a sixth empty
     (0, 180, "min", ("0", "1", "2", "3")),
     (0, 600, "min", ("0", "2", "4", "6", "8", "10")),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-MOST_TICKS = 7  # a step 2.5x coarser than one giving 8+ ticks still gives at least 4 (3 with a whole-number floor)
+MOST_TICKS = 8  # a step 2.5x coarser than one giving 9+ ticks still gives at least 4 (3 with a whole-number floor)
 MARGIN = 0.05  # of the data's span, each side, so no point sits on the plot's edge
 TIME_UNITS = (("s", "seconds", 1.0), ("min", "minutes", 60.0), ("h", "hours", 3600.0))
 
