@@ -59,7 +59,7 @@ def test_a_variable_that_is_no_option_is_a_warning_not_a_refusal(procs, tmp_path
 def test_accuracy_against_the_simulators_truth(procs, tmp_path, api, concurrency, requests, max_tokens):
     sim = procs.sim(*SPEC5, "--seed", "11")
     doc, out = bench(sim.url, tmp_path, "--api", api, "--concurrency", str(concurrency), "--num-runs",
-                     str(requests), "--warmup", "1", "--max-tokens", str(max_tokens))
+                     str(requests), "--warmup", "1", "--max-tokens", str(max_tokens), "--verbose")
     res = doc["results"]
     truth = truth_by_prompt_tokens(sim)[1:]  # the first finished request was the warm-up
     assert res["ok"] == requests and len(truth) == requests
@@ -162,8 +162,11 @@ def test_connection_refused_everywhere_exits_non_zero_with_the_reason(tmp_path):
     doc, out = bench(url, tmp_path, "--api", "sglang", "--num-runs", "2", "--warmup", "0", check=False)
     assert [r["outcome"] for r in doc["runs"]] == ["connect_error", "connect_error"]
     assert "every request failed (connect_error: cannot connect" in out
-    _, out2 = bench(url, tmp_path, "--num-runs", "1", check=False)
-    assert "cannot detect the API" in out2
+    # without --api: detection is refused too, and so is every request, each a connect_error in the report
+    doc2, out2 = bench(url, tmp_path, "--num-runs", "2", "--warmup", "0", check=False)
+    assert "cannot detect the API" in out2 and "every request failed (connect_error: cannot connect" in out2
+    assert (doc2["completed"], doc2["failed"]) == (0, 2)
+    assert doc2["results"]["outcomes"]["connect_error"] == 2 and "Failures:      connect_error=2" in out2
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -238,12 +241,11 @@ def test_a_failed_bench_leaves_no_open_file_behind(tmp_path, how):
                         "--server-url", url, *api, "--num-runs", "2", "--warmup", "0", "--hlog", str(hlog),
                         "--records", str(records)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "ResourceWarning" not in p.stderr
-    if how == "detection fails":
-        assert "cannot detect the API" in p.stderr and not hlog.exists()  # nothing half-written
-    else:
-        assert "every request failed" in p.stderr
-        assert hlog.read_text().startswith("#[specwatch interval log")
-        assert len(records.read_text().splitlines()) == 3
+    if how == "detection fails":  # refused: every request is tried, and refused, as with --api
+        assert "cannot detect the API" in p.stdout
+    assert "every request failed (connect_error" in p.stderr
+    assert hlog.read_text().startswith("#[specwatch interval log")
+    assert len(records.read_text().splitlines()) == 3
 
 
 def test_report_of_two_half_runs_equals_the_full_run_exactly(procs, tmp_path):

@@ -24,7 +24,7 @@ def test_bench_workers_split_the_schedule_and_merge_into_one_report(procs: Procs
     sim = procs.sim(*spec_flags(3), "--seed", "3")
     records = tmp_path / "run.jsonl"
     doc, out = bench(sim.url, tmp_path, "--workers", "2", "--concurrency", "4", "--num-runs", "12", "--warmup", "2",
-                     "--max-tokens", "60", "--records", str(records))
+                     "--max-tokens", "60", "--records", str(records), "--verbose")
     res = doc["results"]
     truth = finished(sim)
     assert res["ok"] == 12 and len(doc["runs"]) == 12 and len(truth) == 12 + 2
