@@ -25,8 +25,10 @@ import json
 import os
 import re
 import signal
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from ..analysis.bench_results import analyse
 from ..analysis.server_log import SamplePool
 from ..errors import AuthError, ConfigError, LaunchError, RecordFileError, TargetError, WorkerError
 from ..export import bench_report, sweep_plots, sweep_report, sweep_tables
+from ..export.progress import progress_for
 from ..launch import Server, wait_ready
 from ..options import default
 from ..probe.bounded import BenchSpec, collect
@@ -72,6 +75,7 @@ class SweepSpec:
     grace_s: float = default("grace_s")
     out: str = default("out")
     speculative_config: str | None = default("speculative_config")
+    verbose: bool = default("verbose")
 
     def __repr__(self) -> str:
         return f"SweepSpec(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"
@@ -157,9 +161,40 @@ def log_size(path: Path | None) -> int:
     return path.stat().st_size if path and path.exists() else 0
 
 
+class SweepClock:
+    """The sweep's progress between configurations: which of how many, time so far and an estimate of the rest
+    from the configurations measured in this run (a resumed one costs nothing)."""
+
+    def __init__(self, total: int, now: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.now = total, now
+        self.start = now()
+        self.took: list[float] = []
+        self.left = total
+        self._t0 = self.start
+
+    def line(self, i: int, name: str, levels: int) -> str:
+        self._t0 = self.now()
+        so_far = self._t0 - self.start
+        eta = f", about {_span(statistics.fmean(self.took) * self.left)} left" if self.took else ""
+        cells = f", {levels} loads each" if levels > 1 else ""
+        return f"progress: configuration {i} of {self.total}{cells} ({_span(so_far)} so far{eta})"
+
+    def measured(self) -> None:
+        self.took.append(self.now() - self._t0)
+        self.left -= 1
+
+    def skipped(self) -> None:
+        self.left -= 1
+
+
+def _span(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m}m{s:02d}s" if m else f"{s}s"
+
+
 def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResult:
     name, cfg, launch, _url = step
-    print(f"\n=== {name} ===", flush=True)
+    print(f"=== {name} ===", flush=True)
     result = ConfigResult(name, cfg, time.time())
     server = None
     log_path = Path(substitute(sw.log_file, cfg)) if sw.log_file else None
@@ -209,7 +244,11 @@ def measure_levels(sw: SweepSpec, spec: BenchSpec, log_path: Path | None
         if len(sw.levels) > 1:
             print(f"  -- concurrency {c}: {spec_c.num_runs} requests ({spec_c.warmup} warmup)", flush=True)
         start = log_size(log_path)
-        info, records = uvloop.run(collect(spec_c, say=lambda m: print(m, flush=True)))
+        progress = progress_for(spec_c.num_runs, sys.stderr)
+        try:
+            info, records = uvloop.run(collect(spec_c, say=lambda m: print(m, flush=True), progress=progress))
+        finally:
+            progress.close()
         level = log_samples(log_path, start, log_size(log_path)) if log_path else []
         load, source = server_log.level_load(level, info.server_running)
         analysed = analyse(info, records)
@@ -321,14 +360,18 @@ def run_all(sw: SweepSpec, todo: list[Step], out: Path) -> tuple[list[ConfigResu
     """Every configuration in turn, resuming finished ones from ``OUT/results/``; (results, interrupted)."""
     results: list[ConfigResult] = []
     spec = sw.bench
+    clock = SweepClock(len(todo))
     try:
-        for step in todo:
+        for i, step in enumerate(todo, 1):
             saved = out / "results" / f"{safe(step[0])}.json"
             if saved.exists():
                 print(f"\n=== {step[0]} === (done earlier, skipped)")
                 results.append(codec.load_as(ConfigResult, str(saved)))
+                clock.skipped()
                 continue
+            print(f"\n{clock.line(i, step[0], len(sw.levels))}", flush=True)
             res = run_one(sw, replace(spec, server_url=step[3]), step, out)
+            clock.measured()
             if res.ok:
                 save(saved, res)  # resumable: a rerun skips it; failures are retried
             results.append(res)
