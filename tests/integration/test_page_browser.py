@@ -19,6 +19,9 @@ from conftest import ROOT, Procs, free_port, http_get, scrape, specwatch_cmd, wa
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = Path(os.environ.get("SPECWATCH_ARTIFACTS", ROOT / "artifacts"))
+# the simulators run at half the seed's costs: the same verdicts, winners and chart shapes (every cost scales
+# together, so the speedups do not move), the probes twice as fast
+SEED = ("--profile", "seed", "--cost-scale", "0.5")
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +81,10 @@ def nice(step: float) -> bool:
 
 @pytest.mark.parametrize(("steps", "words"), [(2, "paying off"), (10, "SLOWER than baseline")])
 def test_the_daemons_page_shows_the_verdict_and_its_charts(procs: Procs, tmp_path, chromium, steps, words):
-    spec = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
+    spec = procs.sim(*SEED, "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
                      "--speculative-eagle-topk", "1", "--decode-log-interval", "10", "--quiet", "--log-file",
                      "spec.log", name=f"spec{steps}")  # relative: both run in tmp_path, the page shows no path
-    base = procs.sim("--profile", "seed", "--quiet", name="plain")
+    base = procs.sim(*SEED, "--quiet", name="plain")
     port = free_port()
     d = procs.start(specwatch_cmd("run", "--listen", f"127.0.0.1:{port}", "--server-url", spec.url, "--baseline-url",
                                   base.url, "--log-file", "spec.log", "--interval-s", "0.5",
@@ -106,11 +109,11 @@ def test_the_daemons_page_shows_the_verdict_and_its_charts(procs: Procs, tmp_pat
 
 
 def test_a_sweep_report_opens_from_disk(procs: Procs, tmp_path, chromium):
-    spec = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
+    spec = procs.sim(*SEED, "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
                      "--speculative-eagle-topk", "1", "--quiet", name="s2")
-    spec5 = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
+    spec5 = procs.sim(*SEED, "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
                       "--speculative-eagle-topk", "1", "--quiet", name="s5")
-    base = procs.sim("--profile", "seed", "--quiet", name="b")
+    base = procs.sim(*SEED, "--quiet", name="b")
     out = tmp_path / "sweep"
     p = subprocess.run(specwatch_cmd("sweep", "--targets", f"{base.url},{spec.url},{spec5.url}", "--max-tokens", "80",
                                      "--num-runs", "4", "--warmup", "0", "--out", str(out)), capture_output=True,
