@@ -381,8 +381,10 @@ def describe(b: BucketAdvice, running: int | None) -> str:
         best_word = "the best measured" if b.undecided else "the best predicted"
         return f"{where}, the running {run} is {best_word}{plain}{more}"
     if b.best_steps == 0 and running and b.undecided:
-        return f"{where}, plain decoding: the running {run} gives {_pct(_inverse(b.gain_vs_running))} " \
-               f"over it, no gain outside the noise{more}"
+        against = _inverse(b.gain_vs_running)
+        tie = " (a tie: no gain outside the noise)" if against.lower <= 1.0 <= against.upper else ""
+        return f"{where}, plain decoding is the best measured: the running {run} gives {_pct(against)} " \
+               f"against it{tie}{more}"
     return f"{where}, {_steps(b.best_steps)} would give {_pct(b.gain_vs_running)} over the running {run}{plain}{more}"
 
 
