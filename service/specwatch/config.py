@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import ConfigError
-from .options import ENV_PREFIX, add_flags, default, layer, read_secret_file
+from .options import add_config_flag, add_flags, default, from_flags, read_secret_file
 from .records import TARGETS, ApiChoice, TargetName
 
 __all__ = ["Config", "add_run_flags", "check", "read"]
@@ -87,26 +86,12 @@ MAX_INTERVALS_KEPT = 10_000  # memory is bounded by (longest window / interval) 
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, help="TOML file with any of the options below")
+    add_config_flag(p)
     add_flags(p, DEFAULTS)
 
 
-def _toml(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {path}: {exc}") from None
-
-
 def read(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
-    environ = os.environ if environ is None else environ
-    path = args.config or environ.get(ENV_PREFIX + "CONFIG")
-    flags = {k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None}
-    merged = layer(DEFAULTS, flags, environ, _toml(path) if path else None, path or "")
-    cfg = check(Config(**merged))
+    cfg = check(Config(**from_flags(args, DEFAULTS, os.environ if environ is None else environ)))
     # secret files are read once at start: a missing or unreadable one stops start-up, naming the file
     if cfg.api_key_file:
         cfg = dataclasses.replace(cfg, api_key=read_secret_file("api_key_file", cfg.api_key_file))

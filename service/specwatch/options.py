@@ -14,6 +14,7 @@ import json
 import math
 import re
 import sys
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,6 +208,9 @@ class Option:
     aliases: tuple[str, ...] = ()  # other flags for the same key (vllm bench serve's names)
     default: Any = None  # the one place a default is written; the commands' dataclasses read it (``default``)
     by_command: Mapping[str, Any] = field(default_factory=dict)  # where one command's default differs
+    unit: str = ""  # printed after the default in --help: "(default: 5 s)"
+    unset: str = "none"  # what --help says when the default is None
+    negation: str = ""  # a flag on by default: what its --no- form does
 
 
 OPTIONS: dict[str, Option] = {
@@ -214,28 +218,34 @@ OPTIONS: dict[str, Option] = {
     "server_url": Option(url, "URL of the (speculative) server, http://host:port", default="",
                          by_command={"sweep": "http://127.0.0.1:30000"}),  # where the launched server listens
     "api": Option(choice("auto", *APIS), "auto | sglang | completions | chat", default='auto'),
-    "max_tokens": Option(positive(int, 1_000_000), "tokens per request", default=500,
+    "max_tokens": Option(positive(int, 1_000_000), "tokens per request", default=500, unit="tokens",
                          by_command={"run": 256}),  # the daemon's probes are gentle
     "temperature": Option(at_least(float, 0, hi=100), "sampling temperature", default=0.0),
-    "ignore_eos": Option(typed(bool), "generate exactly max_tokens; --no-ignore-eos stops at EOS", default=True),
-    "prompts": Option(typed(str), "prompt file (JSONL with text or messages, or ShareGPT JSON); default: built-in"),
-    "concurrency": Option(positive(int, 10_000), "closed loop: streams in flight", default=1),
-    "rate_per_s": Option(positive(float, 100_000), "open loop: requests per second (instead of the closed loop)"),
-    "connect_timeout_s": Option(positive(float, DAY_S), "connect timeout in seconds", default=5.0),
+    "ignore_eos": Option(typed(bool), "generate exactly --max-tokens tokens, ignoring the end-of-sequence token",
+                         default=True, negation="stop at EOS"),
+    "prompts": Option(typed(str), "prompt file (JSONL with text or messages, or ShareGPT JSON)",
+                      unset="the 50 built-in prompts"),
+    "concurrency": Option(positive(int, 10_000), "closed loop: streams in flight", default=1, unit="stream"),
+    "rate_per_s": Option(positive(float, 100_000), "open loop: requests per second (instead of the closed loop)",
+                         unset="none: closed loop"),
+    "connect_timeout_s": Option(positive(float, DAY_S), "connect timeout in seconds", default=5.0, unit="s"),
     "read_timeout_s": Option(positive(float, DAY_S), "longest a stream may go without a token, in seconds",
-                             default=60.0),
-    "request_timeout_s": Option(positive(float, DAY_S), "whole-request deadline, in seconds", default=600.0),
-    "api_key": Option(secret, "the target's API key, sent as Authorization: Bearer (SPECWATCH_API_KEY)",
-                      flag=False),
-    "api_key_file": Option(typed(str), "read the target's API key from this file"),
-    "ca_file": Option(typed(str), "CA bundle (PEM) to verify the target's TLS certificate"),
+                             default=60.0, unit="s"),
+    "request_timeout_s": Option(positive(float, DAY_S), "whole-request deadline, in seconds", default=600.0,
+                                unit="s"),
+    "api_key": Option(secret, "the target's API key, sent as Authorization: Bearer", flag=False),
+    "api_key_file": Option(typed(str), "read the target's API key from this file (or give it in SPECWATCH_API_KEY)",
+                           unset="none: no key"),
+    "ca_file": Option(typed(str), "CA bundle (PEM) to verify the target's TLS certificate",
+                      unset="the system's CAs"),
     # bench
     "num_runs": Option(positive(int, 10_000_000), "measured requests (alias: vllm bench serve's --num-prompts)",
-                       default=5, aliases=("--num-prompts",)),
-    "warmup": Option(at_least(int, 0, hi=1_000_000), "warm-up requests, recorded apart and discarded", default=1),
+                       default=5, aliases=("--num-prompts",), unit="requests"),
+    "warmup": Option(at_least(int, 0, hi=1_000_000), "warm-up requests, recorded apart and discarded", default=1,
+                     unit="request"),
     "poisson": Option(typed(bool), "open loop: Poisson arrivals instead of constant", default=False),
     "max_in_flight": Option(positive(int, 100_000), "open loop: cap on streams in flight (waits are schedule lag)",
-                            default=256),
+                            default=256, unit="streams"),
     "seed": Option(at_least(int, 0, hi=2**63 - 1), "seed of the Poisson and gamma arrivals", default=0),
     # vllm bench serve's traffic flags, with its meanings (bench)
     "request_rate": Option(rate_or_all, "vllm bench serve's name for --rate-per-s, with its default arrivals: "
@@ -246,61 +256,73 @@ OPTIONS: dict[str, Option] = {
                                                  "Poisson; < 1 burstier, > 1 more even); with --request-rate or "
                                                  "--rate-per-s"),
     "max_concurrency": Option(positive(int, 100_000), "vllm bench serve's name: streams in flight, = --concurrency in "
-                                                      "the closed loop, = --max-in-flight with a request rate"),
+                                                      "the closed loop, = --max-in-flight with a request rate",
+                             unset="none: --concurrency, --max-in-flight"),
     "verbose": Option(typed(bool), "print the seed script's line for every request (Run i/N: … tok/s) instead of "
                                    "the progress bar", default=False),
     "workers": Option(positive(int, 256), "probe processes, each with its own event loop; the schedule is split "
-                      "between them and their records merged into one report", default=1),
+                      "between them and their records merged into one report", default=1, unit="process"),
     "tokenizer": Option(typed(str), "tokenizer.json of the served model (needs the tokenizers extra): exact tokens "
-                        "per chunk when an OpenAI server reports only the final total"),
-    "json": Option(typed(str), "write the results document here"),
-    "records": Option(typed(str), "write every request record here (JSON Lines; replay with specwatch report)"),
-    "hlog": Option(typed(str), "write an HdrHistogram interval log here"),
+                        "per chunk when an OpenAI server reports only the final total",
+                        unset="none: apportioned by text length"),
+    "json": Option(typed(str), "write the results document (JSON) to this file", unset="not written"),
+    "records": Option(typed(str), "write every request record to this file (JSON Lines; replay with specwatch report)",
+                      unset="not written"),
+    "hlog": Option(typed(str), "write an HdrHistogram interval log to this file", unset="not written"),
     # run
-    "log_file": Option(typed(str), "follow this server log file (across rotation and truncation)"),
+    "log_file": Option(typed(str), "the server's log file, for accept length and load (run follows it across rotation "
+                                   "and truncation; sweep: a template, without it each launch's own output)"),
     "log_cmd": Option(typed(str), "read server logs from this command's stdout (restarted when it exits)"),
     "log_stdin": Option(typed(bool), "read server logs from stdin", default=False),
     "from_start": Option(typed(bool), "read --log-file from its start instead of its end", default=False),
-    "listen": Option(listen, f"HOST:PORT for /metrics and the API (default {DEFAULT_LISTEN})",
-                     default=DEFAULT_LISTEN),
-    "baseline_tps": Option(positive(float, 1e9), "non-speculative decode tok/s to compare against"),
+    "listen": Option(listen, "HOST:PORT for the page, /metrics and the API", default=DEFAULT_LISTEN),
+    "baseline_tps": Option(positive(float, 1e9), "plain decoding's decode tok/s per stream to compare against "
+                                                "(valid at low load only: up to 2 running requests)"),
     "baseline_url": Option(url, "a non-speculative server probed A/B with the same prompts"),
     "baseline_curve": Option(typed(str), "plain decoding's tok/s by load (a JSON file sweep --concurrency writes): "
                                          "the verdict compares at the server's current load"),
     "advisor_prior": Option(typed(str), "sweep.json of this server (specwatch sweep): the live advisor's cost shape "
                                         "over step counts (without it the shape is a range)"),
     "advisor_max_steps": Option(positive(int, 64), "the live advisor predicts step counts 0 to this",
-                                default=10),
+                                default=10, unit="steps"),
     "load_curve_window_s": Option(positive(int, 30 * 86_400), "how far back the speedup-by-load curve reaches, "
-                                                              "in seconds", default=21600),
-    "pause_s": Option(at_least(float, 0, hi=DAY_S), "pause between a stream's probes in seconds", default=2.0),
-    "interval_s": Option(positive(float, 3600), "interval between window updates in seconds", default=10.0),
+                                                              "in seconds", default=21600, unit="s"),
+    "pause_s": Option(at_least(float, 0, hi=DAY_S), "pause between a stream's probes in seconds", default=2.0,
+                      unit="s"),
+    "interval_s": Option(positive(float, 3600), "interval between window updates in seconds", default=10.0,
+                         unit="s"),
     "verdict_window_s": Option(positive(int, 7 * 86_400), "window for tok/s, speedup and verdict, in seconds",
-                               default=60),
-    "windows_s": Option(window_list, "rolling windows in seconds, comma-separated", default=(60.0, 300.0)),
+                               default=60, unit="s"),
+    "windows_s": Option(window_list, "rolling windows in seconds, comma-separated", default=(60.0, 300.0),
+                        unit="s"),
     "server_metrics": Option(typed(bool), "also scrape the server's own /metrics for accept length", default=False),
     "hysteresis": Option(ratio, "speedup must exceed 1 + this to clear the below-baseline state", default=0.03),
-    "min_requests": Option(positive(int, 1_000_000), "requests in the verdict window before a verdict", default=3),
-    "drain_timeout_s": Option(positive(float, DAY_S), "on SIGTERM, wait this long for probes in flight", default=30.0),
+    "min_requests": Option(positive(int, 1_000_000), "requests in the verdict window before a verdict", default=3,
+                           unit="requests"),
+    "drain_timeout_s": Option(positive(float, DAY_S), "on SIGTERM, wait this long for probes in flight", default=30.0,
+                              unit="s"),
     "view": Option(choice("auto", "table", "log"), "terminal table (auto when stdout is a TTY) or log lines",
                    default='auto'),
-    "api_token": Option(secret, "require Authorization: Bearer <token> on /api/* (SPECWATCH_API_TOKEN)", flag=False),
-    "api_token_file": Option(typed(str), "require Authorization: Bearer <the token in this file> on /api/*"),
+    "api_token": Option(secret, "require Authorization: Bearer <token> on / and /api/*", flag=False),
+    "api_token_file": Option(typed(str), "require Authorization: Bearer <the token in this file> on / and /api/*",
+                             unset="none: open"),
     # sweep
     "launch": Option(typed(str), "server command with {param} placeholders"),
     "param": Option(typed(str), "NAME=V1,V2,… (several make a grid)", many=True, default=()),
     "baseline_launch": Option(typed(str), "the same server without speculation"),
-    "targets": Option(typed(str), "URL,URL of servers already running (instead of --launch)"),
+    "targets": Option(typed(str), "URL,URL of servers already running (instead of --launch)",
+                      unset="none: --launch"),
     "ready_timeout_s": Option(positive(float, 7 * DAY_S), "wait this long for a launched server to become ready",
-                              default=1800.0),
+                              default=1800.0, unit="s"),
     "grace_s": Option(positive(float, DAY_S), "seconds between SIGTERM and SIGKILL when stopping a server",
-                      default=20.0),
+                      default=20.0, unit="s"),
     "out": Option(typed(str), "output directory", default='sweep-out'),
     "speculative_config": Option(json_object, "vLLM: the speculative server's own --speculative-config JSON (vLLM "
                                               "does not report it; sweep: with --targets, --launch commands are "
                                               "read), so the advice is printed as a whole flag"),
     "concurrency_levels": Option(int_list, "closed loop: streams in flight; a list (1,4,16,32) benches every "
-                                           "configuration at each", flag_name="concurrency", default='1'),
+                                           "configuration at each", flag_name="concurrency", default='1',
+                                 unit="stream"),
 }
 
 
@@ -323,22 +345,48 @@ def flag(key: str) -> str:
     return "--" + (opt.flag_name if opt is not None and opt.flag_name else key).replace("_", "-")
 
 
+def shown_default(key: str, default: Any) -> str:
+    """How --help and the README state a default: with its unit, "(required)" for a required flag."""
+    opt = OPTIONS[key]
+    if default == "":
+        return "(required)"
+    if default is None or (opt.many and not default):
+        return f"(default: {opt.unset})"
+    if key in BOOL_KEYS:
+        return f"(default: on; {flag('no_' + key)} to {opt.negation})" if default else "(default: off)"
+    value = f"{default:g}" if isinstance(default, float) else as_written(default)
+    return f"(default: {value}{' ' + opt.unit if opt.unit else ''})"
+
+
 def add_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
-    """One flag per key of ``defaults`` (``None``: no default); help shows the default."""
+    """One flag per key of ``defaults`` (``None``: no default); help states the default and its unit."""
     for key, default in defaults.items():
         opt = OPTIONS[key]
         if not opt.flag:
             continue
-        shown = "" if default is None or default is False else f" (default {as_written(default)})"
-        if key in BOOL_KEYS:
+        text = f"{opt.help} {shown_default(key, default)}".replace("%", "%%")
+        if key in BOOL_KEYS and default is True:
+            p.add_argument(flag(key), *opt.aliases, dest=key, action=argparse.BooleanOptionalAction, default=None,
+                           help=text)
+        elif key in BOOL_KEYS:
             p.add_argument(flag(key), *opt.aliases, dest=key, action="store_const", const=True, default=None,
-                           help=opt.help + (" (default)" if default is True else ""))
-            if default is True:
-                p.add_argument(flag("no_" + key), dest=key, action="store_const", const=False, default=None)
+                           help=text)
         elif opt.many:
-            p.add_argument(flag(key), *opt.aliases, dest=key, action="append", default=None, help=opt.help)
+            p.add_argument(flag(key), *opt.aliases, dest=key, action="append", default=None, help=text)
         else:
-            p.add_argument(flag(key), *opt.aliases, dest=key, default=None, help=opt.help + shown)
+            p.add_argument(flag(key), *opt.aliases, dest=key, default=None, help=text)
+
+
+def environment(defaults: Mapping[str, Any], config_file: bool = True) -> str:
+    """The --help epilog: every environment variable the command reads, and the layering."""
+    rows = [(ENV_PREFIX + "CONFIG", "the TOML config file, as --config")] if config_file else []
+    for key in defaults:
+        opt = OPTIONS[key]
+        rows.append((ENV_PREFIX + key.upper(), flag(key) if opt.flag else
+                     f"{opt.help} (no flag: a secret never goes on a command line)"))
+    width = max(len(name) for name, _ in rows)
+    order = "flags > SPECWATCH_* > config file > defaults" if config_file else "flags > SPECWATCH_* > defaults"
+    return "\n".join([f"environment ({order}):", *(f"  {name:<{width}}  {what}" for name, what in rows)])
 
 
 def validate(values: Mapping[str, Any], where: str, allowed: Iterable[str]) -> dict[str, Any]:
@@ -403,10 +451,30 @@ def layer(defaults: Mapping[str, Any], flags: Mapping[str, Any], environ: Mappin
     return out | validate(env, "environment (SPECWATCH_*)", defaults) | validate(flags, "command line", defaults)
 
 
+def add_config_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="TOML file with any of the options below, keyed by name (max_tokens = 500); or "
+                        "SPECWATCH_CONFIG (default: none)")
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    """A config file's keys; an unreadable or malformed file names itself."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+
+
 def from_flags(ns: argparse.Namespace, defaults: Mapping[str, Any],
                environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``layer`` for a command without a config file: the parsed flags over the environment over ``defaults``."""
-    return layer(defaults, {k: v for k, v in vars(ns).items() if k in defaults and v is not None}, environ)
+    """``layer`` for a command: the parsed flags over the environment over the config file (``--config``, else
+    ``SPECWATCH_CONFIG``) over ``defaults``."""
+    path = getattr(ns, "config", None) or (environ or {}).get(ENV_PREFIX + "CONFIG")
+    flags = {k: v for k, v in vars(ns).items() if k in defaults and v is not None}
+    return layer(defaults, flags, environ, read_toml(path) if path else None, path or "")
 
 
 def require(values: Mapping[str, Any], keys: Iterable[str]) -> None:

@@ -192,4 +192,4 @@ def test_windows_are_typed_at_the_edge_and_the_verdict_window_joins_them(tmp_pat
 def test_the_help_shows_the_windows_default_as_the_flag_takes_it():
     p = argparse.ArgumentParser()
     config.add_run_flags(p)
-    assert "(default 60,300)" in " ".join(p.format_help().split())
+    assert "(default: 60,300 s)" in " ".join(p.format_help().split())

@@ -49,10 +49,19 @@ async def bench(spec: BenchSpec, tokenizer: Tokenizer | None = None, key_source:
         return 1
     return 0
 
+DESCRIPTION = """\
+A bounded benchmark: sends --num-runs requests (after --warmup) in a closed loop of --concurrency streams or an
+open loop at --rate-per-s, then prints tok/s as the seed script measured it plus TTFT, TPOT, per-token ITL,
+inter-chunk gaps, tokens per chunk, accept length and a per-domain breakdown. Takes vllm bench serve's flags
+and writes its result keys in --json. --json writes the results document, --records every request (replay
+with specwatch report), --hlog an HdrHistogram interval log."""
+
 
 def parse(argv: list[str]) -> tuple[BenchSpec, str]:
     """The spec, and where its API key came from."""
-    p = argparse.ArgumentParser(prog="specwatch bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="specwatch bench", description=DESCRIPTION, epilog=options.environment(DEFAULTS),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_config_flag(p)
     options.add_flags(p, DEFAULTS)
     values = options.from_flags(p.parse_args(argv), DEFAULTS, os.environ)
     options.require(values, ["server_url"])

@@ -12,9 +12,15 @@ from ..daemon import Daemon, log, serve
 from ..errors import AuthError, ConfigError
 from ..probe import prompts as prompt_sets
 
+DESCRIPTION = """\
+The sidecar daemon: probes the server gently and continuously, follows its log (or scrapes its /metrics),
+exports Prometheus metrics at /metrics, a page at / and /api/summary, and says whether speculative decoding
+beats plain decoding at the load the server is under."""
+
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="specwatch run", description=__doc__)
+    p = argparse.ArgumentParser(prog="specwatch run", description=DESCRIPTION, epilog=options.environment(
+        config_mod.DEFAULTS), formatter_class=argparse.RawDescriptionHelpFormatter)
     config_mod.add_run_flags(p)
     args = p.parse_args(argv)
     try:

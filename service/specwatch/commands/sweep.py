@@ -1,15 +1,15 @@
-"""``specwatch sweep``: launch a server per configuration, wait for it, bench it, stop it, go on, explain.
+"""specwatch sweep: launch a server per configuration, wait for it, bench it, stop it, go on, explain.
 
     specwatch sweep --launch "python -m sglang.launch_server … --speculative-num-steps {steps}" \\
         --param steps=1,2,3,5,10 --baseline-launch "python -m sglang.launch_server …" \\
         --server-url http://127.0.0.1:30000 --max-tokens 500 --num-runs 5 --warmup 1 --out sweep-out
 
-Each configuration's result is saved in ``OUT/results/`` as soon as it is finished; a rerun skips it.
+Each configuration's result is saved in OUT/results/ as soon as it is finished; a rerun skips it.
 A launch that fails, exits early or never becomes ready is reported with the tail of its output and the
 sweep goes on. Ctrl-C (or SIGTERM) stops the current server's process group and keeps finished results.
-``specwatch advise --from OUT/sweep.json`` prints the advisor's explanation again. Readiness is SGLang's
-``/health_generate`` where the server has it, else ``/health`` (vLLM). Templates substitute ``{name}`` for
-each ``--param`` and leave every other brace alone, so a vLLM JSON flag is written as it is:
+specwatch advise --from OUT/sweep.json prints the advisor's explanation again. Readiness is SGLang's
+/health_generate where the server has it, else /health (vLLM). Templates substitute {name} for
+each --param and leave every other brace alone, so a vLLM JSON flag is written as it is:
 
     specwatch sweep --launch "vllm serve MODEL --speculative-config \\
         '{\\"method\\": \\"ngram\\", \\"num_speculative_tokens\\": {k}}'" --param k=1,2,3,5 \\
@@ -401,8 +401,9 @@ def write_report(results: list[ConfigResult], out: Path) -> str | None:
 
 
 def parse(argv: list[str]) -> SweepSpec:
-    p = argparse.ArgumentParser(prog="specwatch sweep", description=__doc__,
+    p = argparse.ArgumentParser(prog="specwatch sweep", description=__doc__, epilog=options.environment(DEFAULTS),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_config_flag(p)
     options.add_flags(p, DEFAULTS)
     values = options.from_flags(p.parse_args(argv), DEFAULTS, os.environ)
     return SweepSpec(**(values | {"param": tuple(values["param"]), "api_key": options.api_key(values)}))
