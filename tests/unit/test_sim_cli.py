@@ -80,7 +80,8 @@ def test_the_vllm_simulators_batch_cap_default_is_stated():
     args, _ = vllm_cli.parse([])
     assert args.max_num_seqs == vllm_cli.DEFAULT_MAX_NUM_SEQS == 256
     action = next(a for a in vllm_cli.build_parser()._actions if "--max-num-seqs" in a.option_strings)
-    assert "default 256: what `vllm serve` picks on a GPU under 70 GiB or an A100; it picks 128 per CPU" in action.help
+    assert action.help.endswith("`vllm serve` picks 128 per CPU worker and 1024 on an H100 or larger (default: 256 "
+                                "requests, what it picks on a GPU under 70 GiB or an A100)")
 
 
 SCHEDULE = {"num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[1, 4, 2], [5, 64, 0]]}

@@ -13,12 +13,20 @@ from ..errors import AnalysisError, RecordFileError
 from ..export import sweep_report
 from ..results import SweepDoc, levels
 
+DESCRIPTION = """\
+Explains a finished sweep with the cycle model: fits cycle(s) = s x draft_step + verify(d) to the measured
+cycle times (accept length / decode tok/s), prints each configuration's draft vs verify share and break-even
+accept length, quotes measured step counts as measured and predicts the ones the sweep left out. For a sweep
+over load it also prints the schedule by load and the engine flags that apply it. Reads no environment
+variable."""
+
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="specwatch advise", description=cost_model.__doc__,
+    p = argparse.ArgumentParser(prog="specwatch advise", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--from", dest="src", required=True, help="sweep.json written by specwatch sweep")
-    p.add_argument("--max-steps", type=int, default=12, help="predict up to this many draft steps (default 12)")
+    p.add_argument("--from", dest="src", required=True, help="sweep.json written by specwatch sweep (required)")
+    p.add_argument("--max-steps", type=int, default=12,
+                   help="predict up to this many draft steps (default: 12 steps)")
     a = p.parse_args(argv)
     try:
         doc = codec.load_as(SweepDoc, a.src)

@@ -39,18 +39,32 @@ def simulators(engine: str, steps: int, port: int, log_file: Path) -> list[Serve
                    env=env),
             Server([*sim, "--port", str(port + 1)], env=env)]
 
+DESCRIPTION = """\
+Two simulated servers (EAGLE-3 and plain decoding, the seed profile) and the daemon against them, with the live
+terminal view; no GPU, no model. --engine vllm runs the simulator's vLLM flavour instead (vLLM's flags, streams,
+stats lines and /metrics, which the daemon then scrapes too). The simulators run as child processes; Ctrl-C
+stops everything. Reads no environment variable."""
+
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="specwatch demo", description=__doc__)
-    p.add_argument("--steps", type=int, default=5, help="draft steps of the speculative simulator (seed: 2 wins)")
-    p.add_argument("--engine", default="sglang", choices=("sglang", "vllm"), help="which server to simulate")
+    p = argparse.ArgumentParser(prog="specwatch demo", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=5,
+                   help="draft steps of the speculative simulator; at 5 the seed profile loses to plain decoding, "
+                        "at 2 it wins (default: 5 steps)")
+    p.add_argument("--engine", default="sglang", choices=("sglang", "vllm"),
+                   help="which server to simulate (default: sglang)")
     p.add_argument("--port", type=int, default=None,
-                   help="speculative simulator (default 30000, vLLM 8000); baseline port+1, control port+2")
-    p.add_argument("--listen", default=DEFAULT_LISTEN)
-    p.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: until Ctrl-C)")
-    p.add_argument("--view", default="auto", choices=("auto", "table", "log"))
+                   help="the speculative simulator's port; plain decoding's is port+1, the control port port+2 "
+                        "(default: 30000, vLLM 8000)")
+    p.add_argument("--listen", default=DEFAULT_LISTEN,
+                   help=f"HOST:PORT for the daemon's page, /metrics and the API (default: {DEFAULT_LISTEN})")
+    p.add_argument("--duration", type=float, default=0,
+                   help="stop after this many seconds, 0: at Ctrl-C (default: 0 s)")
+    p.add_argument("--view", default="auto", choices=("auto", "table", "log"),
+                   help="terminal table (auto when stdout is a TTY) or log lines (default: auto)")
     p.add_argument("--advisor-prior", default=None, metavar="SWEEP_JSON",
-                   help="a sweep of the simulator (specwatch sweep): the live advisor's cost shape")
+                   help="sweep.json of a sweep of the simulator: the live advisor's cost shape (default: none)")
     a = p.parse_args(argv)
     vllm = a.engine == "vllm"
     port = a.port or (8000 if vllm else 30000)

@@ -91,11 +91,19 @@ def _fmt(d: dict[str, float] | None, spec: str = ".2f") -> str:
     return (f"mean {d['mean']:{spec}}  p5 {d['p5']:{spec}}  p50 {d['p50']:{spec}}  p95 {d['p95']:{spec}}  "
             f"min {d['min']:{spec}}  max {d['max']:{spec}}  (n={d['n']})")
 
+DESCRIPTION = """\
+Accept-length statistics of saved SGLang or vLLM logs, for post-mortems. Reads plain or gzip files (- for
+stdin), parses every line as the daemon does and prints, per source and DP rank, the distribution of each field
+over lines (accept length, accept rate, generation throughput: mean, p5, p50, p95, min, max) and the pooled
+accept length (vLLM lines weighted by drafted tokens, SGLang decode lines equally). Reads no environment
+variable."""
+
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="specwatch parse-log", description=__doc__)
-    p.add_argument("files", nargs="+")
-    p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    p = argparse.ArgumentParser(prog="specwatch parse-log", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", help="saved SGLang or vLLM logs, plain or gzip (- for stdin)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of text (default: off)")
     a = p.parse_args(argv)
     try:
         doc = analyse(a.files)

@@ -86,9 +86,17 @@ def read_records(paths: list[str]) -> tuple[RunInfo, list[RequestRecord]]:
         raise RecordFileError(f"{', '.join(paths)}: no run line (write records with specwatch bench --records)")
     return info, records
 
+DESCRIPTION = """\
+Replays records files written by bench --records into the same report, results document (--json) and interval
+log (--hlog) that bench printed and wrote; merges HdrHistogram interval logs (.hlog, from bench --hlog or run
+--hlog) into one. Runs offline: a run measured once can be reported again, and several files (bench pods of one
+fleet, or half-runs) merge exactly, since HDR histograms merge losslessly. The first records file's run info
+heads the report. Interval logs are merged per tag (target.metric) over every interval of every file; with no
+records file, --hlog writes that merge as one interval. Reads no environment variable."""
+
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="specwatch report", description=__doc__,
+    p = argparse.ArgumentParser(prog="specwatch report", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="+", help="records files (JSON Lines) from bench --records, and/or .hlog "
                    "interval logs (bench --hlog, run --hlog)")

@@ -31,51 +31,82 @@ CONTEXT_LENGTH = 131072  # what the simulator's /v1/models has always reported a
 ENGINES = ("sglang", "vllm")
 
 
+DESCRIPTION = """\
+A simulated SGLang server with EAGLE-3 speculative decoding (no GPU, no model): SGLang's wire formats, logs and
+metrics, driven by a documented timing model. Takes SGLang's launch flags, so one command template drives a
+real server or the simulator; flags it does not simulate (such as --tp 8) are accepted and ignored with a
+notice. --engine vllm: the same model behind vLLM's surface, taking `vllm serve`'s flags (specwatch sim
+--engine vllm --help lists them)."""
+EPILOG = """\
+environment:
+  SGLANG_LOG_MS  1 or true: log timestamps with milliseconds, as SGLang (default: off)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="specwatch sim",
-        description="Simulated SGLang server with EAGLE-3 speculative decoding (no GPU, no model). "
-                    "Takes SGLang's launch flags; flags it does not simulate are accepted and ignored. "
-                    "--engine vllm: the same model behind vLLM's surface, taking `vllm serve`'s flags.")
-    p.add_argument("--engine", default="sglang", choices=ENGINES, help="which server to simulate (default sglang)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--model-path", "--model", default="simulated/Llama-3.1-8B-Instruct")
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--speculative-algorithm", default=None)
-    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", default=None)
-    p.add_argument("--speculative-num-steps", type=int, default=None)
-    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p = argparse.ArgumentParser(prog="specwatch sim", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--engine", default="sglang", choices=ENGINES, help="which server to simulate (default: sglang)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=30000, help="port to serve on (default: 30000)")
+    p.add_argument("--model-path", "--model", default="simulated/Llama-3.1-8B-Instruct",
+                   help="the model name it reports (default: simulated/Llama-3.1-8B-Instruct)")
+    p.add_argument("--served-model-name", default=None, help="the name /v1/models lists (default: the model path)")
+    p.add_argument("--speculative-algorithm", default=None,
+                   help="EAGLE, EAGLE3, NEXTN (= EAGLE) or NGRAM (default: none: plain decoding)")
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", default=None,
+                   help="reported in /server_info only (default: none)")
+    p.add_argument("--speculative-num-steps", type=int, default=None,
+                   help="draft steps per verify round (default: 3 with topk 1 and 4 draft tokens when none of the "
+                        "three is given, as SGLang 0.5.23 chooses; else 5)")
+    p.add_argument("--speculative-eagle-topk", type=int, default=None,
+                   help="draft tree width; NGRAM: overwritten by --speculative-ngram-max-bfs-breadth (default: 1)")
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None,
-                   help="NGRAM: tokens one verify round checks (default 12, as SGLang 0.5.23)")
-    p.add_argument("--speculative-ngram-min-bfs-breadth", type=int, default=1)
+                   help="tokens one verify round checks; at topk 1 always steps + 1, as SGLang forces it "
+                        "(default: steps + 1; NGRAM 12, as SGLang 0.5.23)")
+    p.add_argument("--speculative-ngram-min-bfs-breadth", type=int, default=1,
+                   help="NGRAM: reported in /server_info only (default: 1)")
     p.add_argument("--speculative-ngram-max-bfs-breadth", type=int, default=model.NGRAM_MAX_BFS_BREADTH,
                    help="NGRAM: reported as speculative_eagle_topk, steps = draft tokens // this (SGLang 0.5.23); "
-                        "a tree wider than 1 is simulated as a chain of draft tokens - 1")
+                        f"a tree wider than 1 is simulated as a chain of draft tokens - 1 "
+                        f"(default: {model.NGRAM_MAX_BFS_BREADTH})")
     p.add_argument("--context-length", type=int, default=CONTEXT_LENGTH,
-                   help=f"refuse a prompt of this many tokens or more, as SGLang (default {CONTEXT_LENGTH})")
+                   help=f"refuse a prompt of this many tokens or more, as SGLang (default: {CONTEXT_LENGTH} tokens)")
     p.add_argument("--speculative-adaptive", action="store_true",
-                   help="SGLang 0.5.23's adaptive step count (EAGLE/EAGLE3, topk 1): per-batch-size slots")
+                   help="SGLang 0.5.23's adaptive step count (EAGLE/EAGLE3, topk 1): per-batch-size slots "
+                        "(default: off)")
     p.add_argument("--speculative-adaptive-config", default=None,
-                   help='slots JSON file: {"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}}')
+                   help='slots JSON file: {"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}} '
+                        '(default: the built-in slots "1": [1,3,5,7], "8": [0,1,3], "32": [0,1], "64": [0])')
     # 0.5.23's CUDA-graph flags (sim/graphs.py); --cuda-graph-bs, gone since 0.5.20, is refused as argparse does
     p.add_argument("--cuda-graph-bs-decode", type=int, nargs="+", default=None,
                    help="decode CUDA-graph batch sizes; SGLang 0.5.23's adaptive router pads a batch up to these, "
-                        "and without them pads nothing")
-    p.add_argument("--cuda-graph-bs-prefill", type=int, nargs="+", default=None)
-    p.add_argument("--cuda-graph-backend-decode", choices=["full", "breakable", "disabled"], default=None)
-    p.add_argument("--disable-decode-cuda-graph", action="store_true")
-    p.add_argument("--disable-cuda-graph", action="store_true", help="deprecated in SGLang 0.5.23, as there")
-    p.add_argument("--decode-log-interval", type=int, default=40)
-    p.add_argument("--stream-interval", type=int, default=1)
+                        "and without them pads nothing (default: none)")
+    p.add_argument("--cuda-graph-bs-prefill", type=int, nargs="+", default=None,
+                   help="prefill CUDA-graph batch sizes, reported in /server_info (default: none)")
+    p.add_argument("--cuda-graph-backend-decode", choices=["full", "breakable", "disabled"], default=None,
+                   help="disabled: no decode CUDA graphs, as reported in /server_info (default: none: full)")
+    p.add_argument("--disable-decode-cuda-graph", action="store_true",
+                   help="no decode CUDA graphs, as reported in /server_info (default: off)")
+    p.add_argument("--disable-cuda-graph", action="store_true",
+                   help="no CUDA graphs; deprecated in SGLang 0.5.23, with its warning (default: off)")
+    p.add_argument("--decode-log-interval", type=int, default=40,
+                   help="log a Decode batch line every this many verify rounds (default: 40 rounds)")
+    p.add_argument("--stream-interval", type=int, default=1,
+                   help="send a stream chunk every this many tokens (default: 1 token)")
     p.add_argument("--ignore-continuous-usage-stats", action="store_true",
-                   help="as SGLang before 0.5.4.post2: usage only in the final chunk of an OpenAI stream")
-    p.add_argument("--enable-metrics", action="store_true")
-    p.add_argument("--max-running-requests", type=int, default=None)
-    p.add_argument("--api-key", default=None, help="answer 401 unless Authorization: Bearer <key> (as SGLang)")
-    p.add_argument("--ssl-certfile", default=None, help="serve HTTPS with this certificate (PEM)")
-    p.add_argument("--ssl-keyfile", default=None, help="the certificate's private key (PEM)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
+                   help="as SGLang before 0.5.4.post2: usage only in the final chunk of an OpenAI stream "
+                        "(default: off)")
+    p.add_argument("--enable-metrics", action="store_true",
+                   help="serve /metrics with SGLang's sglang: names (default: off)")
+    p.add_argument("--max-running-requests", type=int, default=None,
+                   help="the batch cap (default: 48 requests with speculation, 256 without)")
+    p.add_argument("--api-key", default=None,
+                   help="answer 401 unless Authorization: Bearer <key> (as SGLang) (default: none: open)")
+    p.add_argument("--ssl-certfile", default=None,
+                   help="serve HTTPS with this certificate (PEM) (default: none: HTTP)")
+    p.add_argument("--ssl-keyfile", default=None, help="the certificate's private key (PEM) (default: none)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"],
+                   help="debug and info log the Decode batch lines (default: info)")
     add_sim_flags(p, logfmt.FAMILIES, logfmt.DEFAULT_FAMILY, "SGLang")
     return p
 

@@ -47,42 +47,53 @@ def require_key(key: str | None, guarded: Callable[[str], bool]) -> Any:
 
 def add_sim_flags(p: argparse.ArgumentParser, formats: dict[str, str], default_format: str, what: str) -> None:
     """The simulator-only flags, the same for both flavours."""
-    p.add_argument("--profile", default="seed", choices=sorted(model.PROFILES))
-    p.add_argument("--log-file", default=None, help="append log lines to this file as well as stdout")
+    p.add_argument("--profile", default="seed", choices=sorted(model.PROFILES),
+                   help="timing and acceptance profile: seed (the seed's tuning story), mixed (acceptance by prompt "
+                        "domain and temperature), fast (seed at 1/100 of its costs) (default: seed)")
+    p.add_argument("--log-file", default=None,
+                   help="append log lines to this file as well as stdout (default: none: stdout only)")
     p.add_argument("--log-format", default=default_format, choices=sorted(formats),
-                   help=f"{what} release family whose log line shapes to print")
-    p.add_argument("--quiet", action="store_true", help="do not print log lines to stdout")
-    p.add_argument("--seed", type=int, default=None, help="make acceptance draws reproducible")
+                   help=f"{what} release family whose log line shapes to print (default: {default_format})")
+    p.add_argument("--quiet", action="store_true", help="do not print log lines to stdout (default: off)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="make acceptance draws reproducible (default: none: different draws each run)")
     p.add_argument("--control-port", type=int, default=None,
-                   help="serve /truth, /explain and /control (profile, pause, fault injection) on this port")
+                   help="serve /truth, /explain and /control (profile, pause, fault injection) on this port "
+                        "(default: none: off)")
     p.add_argument("--control-host", default="127.0.0.1",
-                   help="address of the control port (default 127.0.0.1: it is unauthenticated)")
+                   help="address of the control port, which is unauthenticated (default: 127.0.0.1)")
     p.add_argument("--load-seconds", type=float, default=0.0,
-                   help="pretend to load weights for this long before the port opens")
+                   help="pretend to load weights for this long before the port opens (default: 0 s)")
     p.add_argument("--explain", action="store_true",
                    help="print what this engine will do and exit: one decode round at --batch-size running requests, "
-                        "and (same engine, virtual time) the steady state at each of --streams")
-    p.add_argument("--batch-size", type=int, default=1, help="with --explain: running requests in the round explained")
+                        "and (same engine, virtual time) the steady state at each of --streams (default: off)")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="with --explain: running requests in the round explained (default: 1 request)")
     p.add_argument("--streams", "--batch-sizes", dest="streams", default=None, metavar="N,N,…",
                    help="with --explain: the table by load: per-stream and aggregate tok/s of this configuration and "
-                        "of plain decoding at N closed-loop streams, and the crossover (--batch-sizes: its old name)")
+                        "of plain decoding at N closed-loop streams, and the crossover (--batch-sizes: its old name) "
+                        "(default: none: 1 stream, no table)")
     p.add_argument("--max-steps", type=int, default=10,
-                   help="with --explain: the best step count at each load among 0 (plain) to this many")
+                   help="with --explain: the best step count at each load among 0 (plain) to this many "
+                        "(default: 10 steps)")
     p.add_argument("--arrival", default="together", choices=pattern.ARRIVALS,
                    help="with --explain: streams started together (bench --concurrency) or --stagger-ms apart; "
-                        "open loop (constant or poisson) at --rate-per-s")
-    p.add_argument("--rate-per-s", type=float, default=None, help="with --explain and an open-loop --arrival")
-    p.add_argument("--stagger-ms", type=float, default=None, help="with --explain --arrival staggered")
+                        "open loop (constant or poisson) at --rate-per-s (default: together)")
+    p.add_argument("--rate-per-s", type=float, default=None,
+                   help="with --explain and an open-loop --arrival: requests per second (default: none)")
+    p.add_argument("--stagger-ms", type=float, default=None,
+                   help="with --explain --arrival staggered: ms between stream starts (default: 0 ms)")
     p.add_argument("--prompt-tokens", type=int, default=None,
-                   help="with --explain: a fixed prompt length (default: the built-in prompts, as bench sends them)")
+                   help="with --explain: a fixed prompt length in tokens (default: the built-in prompts, as bench "
+                        "sends them)")
     p.add_argument("--prompts", default=None, metavar="FILE",
-                   help="with --explain: the prompts bench --prompts FILE sends")
+                   help="with --explain: the prompts bench --prompts FILE sends (default: the built-in prompts)")
     p.add_argument("--output-tokens", type=int, default=None,
-                   help="with --explain: tokens per request (default: bench's --max-tokens, 500)")
+                   help="with --explain: tokens per request (default: 500 tokens, bench's --max-tokens)")
     p.add_argument("--requests", type=int, default=None,
                    help="with --explain: measured requests per load (default: enough for a steady state)")
     p.add_argument("--cost-scale", type=float, default=1.0,
-                   help="multiply every cost of the profile (same shape, faster or slower)")
+                   help="multiply every cost of the profile (same shape, faster or slower) (default: 1)")
 
 
 def explain_pattern(args: argparse.Namespace) -> pattern.Pattern:

@@ -54,24 +54,50 @@ def stats_interval(env: dict[str, str]) -> float:
     return v if math.isfinite(v) and v > 0 else DEFAULT_STATS_INTERVAL_S
 
 
+DESCRIPTION = """\
+The simulator's timing model behind vLLM's surface, taking `vllm serve`'s own flags for what it simulates:
+
+    specwatch sim --engine vllm [serve] [MODEL] --port 8000 \\
+        --speculative-config '{"method": "eagle3", "num_speculative_tokens": 3}' --max-num-seqs 64
+
+--speculative-config is vLLM's JSON: method, num_speculative_tokens and the per-batch-size schedule
+num_speculative_tokens_per_batch_size are simulated (ngram and suffix propose by lookup, so their drafting
+costs nothing; model-based methods pay the profile's draft step; under a schedule each engine step drafts the
+K its batch size gets), the keys that only tune a real drafter are accepted and ignored, a key that is no
+SpeculativeConfig field is refused with vLLM's own validation error, and any other field is refused with its
+name. The methods are vLLM 0.33.0's (medusa and mlp_speculator were dropped there). Flags it does not
+simulate are accepted and ignored with a notice."""
+EPILOG = f"""\
+environment:
+  VLLM_LOG_STATS_INTERVAL  seconds between the stats lines, unless --disable-log-stats
+                           (default: {DEFAULT_STATS_INTERVAL_S:g} s)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specwatch sim --engine vllm", description=__doc__,
+    p = argparse.ArgumentParser(prog="specwatch sim --engine vllm", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("words", nargs="*", metavar="[serve] MODEL", help="as `vllm serve MODEL` (both optional)")
-    p.add_argument("--model", default=None)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--served-model-name", nargs="+", default=None)
-    p.add_argument("--speculative-config", "-sc", default=None, help="vLLM's JSON speculative config")
+    p.add_argument("--model", default=None,
+                   help="the model name it reports (default: MODEL, else simulated/Llama-3.1-8B-Instruct)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port to serve on (default: 8000)")
+    p.add_argument("--served-model-name", nargs="+", default=None,
+                   help="the name /v1/models lists (default: the model)")
+    p.add_argument("--speculative-config", "-sc", default=None,
+                   help="vLLM's JSON speculative config (default: none: plain decoding)")
     p.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS,
-                   help=f"the batch cap (default {DEFAULT_MAX_NUM_SEQS}: what `vllm serve` picks on a GPU under 70 GiB "
-                        "or an A100; it picks 128 per CPU worker and 1024 on an H100 or larger)")
-    p.add_argument("--max-model-len", type=int, default=4096)
-    p.add_argument("--disable-log-stats", action="store_true")
-    p.add_argument("--per-request-spec-decode-metrics", default="none", choices=["none", "summary", "detailed"])
-    p.add_argument("--api-key", default=None, help="answer 401 on /v1/… unless Authorization: Bearer <key> (as vLLM)")
-    p.add_argument("--ssl-certfile", default=None)
-    p.add_argument("--ssl-keyfile", default=None)
+                   help="the batch cap; `vllm serve` picks 128 per CPU worker and 1024 on an H100 or larger "
+                        f"(default: {DEFAULT_MAX_NUM_SEQS} requests, what it picks on a GPU under 70 GiB or an A100)")
+    p.add_argument("--max-model-len", type=int, default=4096,
+                   help="the context length /v1/models reports (default: 4096 tokens)")
+    p.add_argument("--disable-log-stats", action="store_true", help="no stats lines (default: off)")
+    p.add_argument("--per-request-spec-decode-metrics", default="none", choices=["none", "summary", "detailed"],
+                   help="summary or detailed: metrics.speculative_decoding in the usage chunk (default: none)")
+    p.add_argument("--api-key", default=None,
+                   help="answer 401 on /v1/… unless Authorization: Bearer <key> (as vLLM) (default: none: open)")
+    p.add_argument("--ssl-certfile", default=None,
+                   help="serve HTTPS with this certificate (PEM) (default: none: HTTP)")
+    p.add_argument("--ssl-keyfile", default=None, help="the certificate's private key (PEM) (default: none)")
     add_sim_flags(p, vllm_logfmt.GENERATIONS, vllm_logfmt.DEFAULT_GENERATION, "vLLM")
     return p
 
