@@ -85,4 +85,4 @@ def test_sweep_over_concurrency_finds_each_crossover_and_prints_the_schedule(tmp
                                           spec=model.SpecConfig()), Pattern(output_tokens=128))
     assert rates[0] == pytest.approx(plain.decode_tokens_per_second, rel=0.05)
     assert (out / "sweep-load.png").read_bytes()[:4] == b"\x89PNG"
-    assert "Batch term:" in p.stdout and "Predicted crossover:" in p.stdout
+    assert "Batch term:" in p.stdout and "Crossover predicted by the batch term" in p.stdout

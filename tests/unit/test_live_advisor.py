@@ -109,8 +109,9 @@ def test_without_a_prior_every_interval_holds_the_model(name, n, k):
         e = pred.tokens_per_second
         assert 0.99 * e.lower <= want.tokens_per_second[pred.steps] <= 1.01 * e.upper, pred.steps
     assert adv.gain_vs_running is not None
-    # only what was measured is advised: plain decoding or the running k (k only when it beats plain outside the
-    # noise); a step count whose range reaches above it is named as needing a measurement, never advised
+    # only what was measured is advised: plain decoding or the running k (plain only when it beats k outside the
+    # noise: a tie is no reason to restart); a step count whose range reaches above it is named as needing a
+    # measurement, never advised
     assert adv.best_steps in (0, k)
     best = adv.prediction(adv.best_steps).tokens_per_second.value
     assert set(adv.undecided) == {p.steps for p in adv.predictions if p.steps not in (0, k)

@@ -314,9 +314,9 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
     preds = [StepPrediction(s, _interval(functools.partial(model.tps, s), centre, stat, ranges_for(s)),
                             1.0 + sum(at_centre[:s]), s in (0, k)) for s in steps_range]
     undecided: tuple[int, ...] = ()
-    if prior is None:  # only plain decoding and k are measured: the best of those, unless k ties with plain
+    if prior is None:  # only plain decoding and k are measured: k, unless plain decoding beats it outside the noise
         k_vs_plain = _interval(lambda p: model.tps(k, p) / model.tps(0, p), centre, stat, [])
-        best = k if k_vs_plain.lower > 1.0 else 0
+        best = 0 if k_vs_plain.upper < 1.0 else k  # a tie is no reason to restart the server
         undecided = tuple(p.steps for p in preds if not p.measured
                           and p.tokens_per_second.upper > preds[best].tokens_per_second.value)
     else:
@@ -381,10 +381,8 @@ def describe(b: BucketAdvice, running: int | None) -> str:
         best_word = "the best measured" if b.undecided else "the best predicted"
         return f"{where}, the running {run} is {best_word}{plain}{more}"
     if b.best_steps == 0 and running and b.undecided:
-        against = _inverse(b.gain_vs_running)
-        tie = " (a tie: no gain outside the noise)" if against.lower <= 1.0 <= against.upper else ""
-        return f"{where}, plain decoding is the best measured: the running {run} gives {_pct(against)} " \
-               f"against it{tie}{more}"
+        return f"{where}, plain decoding is the best measured: the running {run} gives " \
+               f"{_pct(_inverse(b.gain_vs_running))} against it{more}"
     return f"{where}, {_steps(b.best_steps)} would give {_pct(b.gain_vs_running)} over the running {run}{plain}{more}"
 
 
