@@ -39,6 +39,11 @@ KNOWN = {
     "--speculative-eagle-topk": ("SGLang", "all", "server_args"),
     "--speculative-num-draft-tokens": ("SGLang", "all", "server_args; forced to steps + 1 at topk 1"),
     "--speculative-draft-model-path": ("SGLang", "all", "server_args"),
+    "--speculative-draft-model": ("SGLang", ">= 0.5.2", "arg_groups/fields/spec.py:40 (0.5.23); an alias of "
+                                  "--speculative-draft-model-path"),
+    "--speculative-ngram-min-bfs-breadth": ("SGLang", "0.5.x", "arg_groups/fields/spec.py:252 (0.5.23); NGRAM"),
+    "--cuda-graph-bs-prefill": ("SGLang", ">= 0.5.14", "arg_groups/fields/exec_.py:644 (0.5.23); the prefill "
+                                "CUDA-graph batch sizes"),
     "--speculative-adaptive": ("SGLang", ">= 0.5.11", "adaptive_spec_params.py; EAGLE/EAGLE3, topk 1"),
     "--speculative-adaptive-config": ("SGLang", ">= 0.5.11 (slots 0.5.13, 0 steps 0.5.14)", "adaptive_spec_params.py"),
     "candidate_steps": ("SGLang", ">= 0.5.13", "the adaptive config's per-slot key"),
