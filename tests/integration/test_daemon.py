@@ -125,9 +125,13 @@ def test_target_down_at_start_then_up_and_log_file_that_appears_later(procs, tmp
     wait_until(lambda: http_get(d.url + "/readyz")[0] == 200, timeout_s=30, what="ready")
     # the server dies: probes fail as connect errors, the daemon stays up
     p.stop()
-    wait_until(lambda: scrape(d.url)['specwatch_probe_requests_total{outcome="connect_error",target="spec"}'] > 0,
-               timeout_s=20, what="connect errors counted")
-    assert scrape(d.url)['specwatch_target_up{target="spec"}'] == 0
+
+    def down() -> bool:  # one scrape: the failed probes are counted as the tick that said the target is down
+        m = scrape(d.url)
+        return m['specwatch_probe_requests_total{outcome="connect_error",target="spec"}'] > 0 and \
+            m['specwatch_target_up{target="spec"}'] == 0
+
+    wait_until(down, timeout_s=20, what="connect errors counted and the target down")
     assert d.popen.poll() is None
 
 

@@ -151,8 +151,9 @@ class Pacer:
             self.deadline = now  # far behind (or idle): do not burst to catch up
         self.deadline += cost_ns
         delay = self.deadline - self.clock()
-        if delay > 0:
-            await asyncio.sleep(delay / 1e9)
+        # a round that is due already still yields once, so the streams write this round's chunk before the
+        # next round runs (catching up must not merge rounds into one chunk)
+        await asyncio.sleep(max(0, delay) / 1e9)
         return self.clock()
 
 
