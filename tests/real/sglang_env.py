@@ -70,7 +70,10 @@ def constraints() -> Path:
 
 def environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """What SGLang's CPU engine needs here: the CPU engine, no hub, no thread binding (two cores, shared with
-    the clients), every cache inside the tier's cache directory, the stand-ins first on ``PYTHONPATH``."""
+    the clients), every cache inside the tier's cache directory, the stand-ins first on ``PYTHONPATH``, and no
+    GPU crash diagnostics: a stop (SIGTERM to the process group, as the tier and ``sweep`` stop a server) ends
+    its scheduler first, which SGLang takes for a crash, and it then sleeps 5 s "to let GPU activity settle"
+    before a py-spy dump and a CUDA core dump; with both off a stop takes half a second."""
     base = dict(os.environ if base is None else base)
     caches = cache_dir() / "sglang-cache"
     for d in ("inductor", "xdg", "sglang", "jit"):
@@ -80,6 +83,7 @@ def environment(base: dict[str, str] | None = None) -> dict[str, str]:
             "HF_DATASETS_OFFLINE": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0", "PYTHONPATH": os.pathsep.join(path),
             "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "XDG_CACHE_HOME": str(caches / "xdg"),
             "SGLANG_CACHE_DIR": str(caches / "sglang"), "SGLANG_JIT_CACHE_DIR": str(caches / "jit"),
+            "SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0",
             "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
 
 
