@@ -144,24 +144,58 @@ def smoke(server: RealServer, name: str) -> None:
                     f"an EAGLE-3 head whose aux-layer ids do not fit the target does this\n{tail}", pytrace=False)
 
 
+LADDER = (1, 2, 5)  # EAGLE-3 step counts served beside the tier's k = 3 (``eagle3_ladder``)
+_SERVERS: dict[str, RealServer] = {}  # the session's servers by name, while they run
+_LADDER_UP: dict[str, RealServer] = {}  # of those, the ladder's, until no test left needs them
+
+
 @pytest.fixture(scope="session")
-def real_servers(vllm_installed: dict[str, float], tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[dict[str, RealServer]]:
+def real_servers(vllm_installed: dict[str, float], tmp_path_factory: pytest.TempPathFactory,
+                 request: pytest.FixtureRequest) -> Iterator[dict[str, RealServer]]:
     """vLLM with ngram speculation (k = 3), with EAGLE-3 (the distilled head, k = 3) and without, started side by
-    side (their start is mostly imports and they overlap well on two cores) and kept for the whole tier; the
-    tests use one at a time."""
+    side and kept for the whole tier; the tests use one at a time. When the run holds a test of the EAGLE-3
+    ladder (``eagle3_ladder``), EAGLE-3 at 1, 2 and 5 steps are started beside them, so that every step count
+    the sweep and the live advisor compare is started once, at the same moment as the others (a start is ~24 s
+    of CPU whatever runs beside it: vLLM binds each Worker to CPU 0 before it imports)."""
     tmp = tmp_path_factory.mktemp("vllm")
     servers = {"spec": launch(tmp, 3, "vllm-ngram-k3"), "plain": launch(tmp, 0, "vllm-plain"),
                "eagle3": launch(tmp, 3, "vllm-eagle3-k3", method="eagle3")}
+    if any("eagle3_ladder" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        _LADDER_UP.update({f"eagle3-k{k}": launch(tmp, k, f"vllm-eagle3-k{k}", method="eagle3") for k in LADDER})
+        servers |= _LADDER_UP
+    _SERVERS.update(servers)
     t0 = time.monotonic()
     try:
         for server in servers.values():
             wait_ready(server, server.log.stem, t0)
-        TIMINGS["start both, side by side (s)"] = time.monotonic() - t0
-        yield servers
+        TIMINGS[f"start {len(servers)} side by side (s)"] = time.monotonic() - t0
+        yield _SERVERS
     finally:
         for server in servers.values():
             server.stop()
+        _SERVERS.clear()
+        _LADDER_UP.clear()
+
+
+@pytest.fixture(scope="session")
+def eagle3_ladder(real_servers: dict[str, RealServer]) -> dict[int, RealServer]:
+    """EAGLE-3 with the distilled head at 1, 2, 3 and 5 steps, all started together (the tier's k = 3 is
+    the 3): the seeds story's sweep and the live advisor's prior and truth."""
+    return {3: real_servers["eagle3"], **{k: real_servers[f"eagle3-k{k}"] for k in LADDER}}
+
+
+@pytest.fixture(autouse=True)
+def _stop_the_ladder_after_its_tests(request: pytest.FixtureRequest) -> None:
+    """EAGLE-3 at 1, 2 and 5 steps stopped once no test left in the run uses them (2.9 GB each)."""
+    if not _LADDER_UP:
+        return
+    items = request.session.items
+    later = items[items.index(request.node):] if request.node in items else items
+    if not any("eagle3_ladder" in getattr(item, "fixturenames", ()) for item in later):
+        for name, server in _LADDER_UP.items():
+            server.stop()
+            _SERVERS.pop(name, None)
+        _LADDER_UP.clear()
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,13 @@ import itertools
 import json
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 import vllm_env
 from realserver import COMPARISONS, HERE, TIMINGS, launch, pinned, wait_ready
 
-from conftest import free_port, specwatch_cmd
+from conftest import specwatch_cmd
 
 pytestmark = pytest.mark.integration
 KS = (1, 2, 3, 5)
@@ -45,25 +44,28 @@ def test_a_head_whose_aux_ids_do_not_fit_passes_health_and_fails_the_smoke_check
     TIMINGS["EAGLE-3 head with wrong aux ids, start to refusal (s)"] = time.monotonic() - t0
 
 
-def test_the_seeds_story_replayed_on_real_eagle3(vllm_installed, heldout_prompts, tmp_path):
-    """``sweep`` over num_speculative_tokens 1, 2, 3, 5 and plain decoding, at 1 and 4 streams, unattended; then
-    ``advise`` fitted without k=3 predicts it: its accept length exactly (greedy acceptance is deterministic);
-    its tok/s against the measurement is printed."""
-    port = free_port()
-    serve = f"{sys.executable} {HERE / 'serve_vllm.py'} --port {port}"
+def test_the_seeds_story_replayed_on_real_eagle3(eagle3_ladder, plain_server, heldout_prompts, tmp_path):
+    """``sweep`` over num_speculative_tokens 1, 2, 3, 5 and plain decoding, at 1 and 4 streams; then ``advise``
+    fitted without k=3 predicts it: its accept length exactly (greedy acceptance is deterministic); its tok/s
+    against the measurement is printed. The servers are the tier's (``sweep --targets``): the live advisor's
+    test compares the same step counts, and starting each twice cost five vLLM starts here (150 s of the
+    tier's 28 minutes); ``sweep --launch`` starting and stopping a real server per configuration is
+    test_sglang_sweep's, and vLLM's command template and ``/health`` wait are tested on the simulator's vLLM
+    flavour (tests/integration/test_vllm_target.py)."""
+    urls = {"baseline": plain_server.url, **{f"k={k}": eagle3_ladder[k].url for k in KS}}
     out = tmp_path / "sweep"
     t0 = time.monotonic()
     p = subprocess.run(pinned(specwatch_cmd(
-        "sweep", "--launch", serve + " --method eagle3 --k {k}", "--param", "k=" + ",".join(map(str, KS)),
-        "--baseline-launch", serve + " --k 0", "--server-url", f"http://127.0.0.1:{port}", "--concurrency", "1,4",
-        "--max-tokens", "96", "--num-runs", "12", "--warmup", "1", "--temperature", "0", "--ready-timeout-s", "300",
-        "--prompts", str(heldout_prompts),
-        "--out", str(out))), capture_output=True, text=True, timeout=1500)
-    TIMINGS["EAGLE-3 sweep, 5 starts x 2 loads (s)"] = time.monotonic() - t0
+        "sweep", "--targets", ",".join(urls.values()), "--concurrency", "1,4", "--max-tokens", "96", "--num-runs",
+        "12", "--warmup", "1", "--temperature", "0", "--prompts", str(heldout_prompts), "--out", str(out))),
+        capture_output=True, text=True, timeout=1500)
+    TIMINGS["EAGLE-3 sweep, 5 targets x 2 loads (s)"] = time.monotonic() - t0
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     doc = json.loads((out / "sweep.json").read_text())
-    by = {c["label"]: c for c in doc["configurations"]}
-    assert all(c["status"] == "ok" for c in by.values()), {k: c["error"] for k, c in by.items()}
+    labels = {f"target={url}": label for label, url in urls.items()}  # the sweep's label of each target
+    by = {labels[c["label"]]: c for c in doc["configurations"]}
+    assert sorted(by) == sorted(urls) and all(c["status"] == "ok" for c in by.values()), \
+        {k: c["error"] for k, c in by.items()}
     assert [by[f"k={k}"]["steps"] for k in KS] == list(KS)  # the draft length from vLLM's own /metrics
 
     def al(k):
@@ -78,7 +80,7 @@ def test_the_seeds_story_replayed_on_real_eagle3(vllm_installed, heldout_prompts
     assert re.search(r"^winner: \S+ at [\d.]+ tok/s", p.stdout, re.M), p.stdout[-3000:]
     assert "Cycle model:" in p.stdout and "draft" in p.stdout and "verify" in p.stdout
     # the advisor without k=3: its prediction for k=3 against what the sweep measured there
-    reduced = dict(doc, configurations=[c for c in doc["configurations"] if c["label"] != f"k={HELD_OUT}"])
+    reduced = dict(doc, configurations=[c for c in doc["configurations"] if c is not by[f"k={HELD_OUT}"]])
     (tmp_path / "without.json").write_text(json.dumps(reduced))
     a = subprocess.run(specwatch_cmd("advise", "--from", str(tmp_path / "without.json")), capture_output=True,
                        text=True, timeout=120)
@@ -100,6 +102,7 @@ def test_the_seeds_story_replayed_on_real_eagle3(vllm_installed, heldout_prompts
                                                                        + a.stdout)
     # the accept length of the k it never saw follows from the per-position rates of the others: deterministic
     assert float(m.group(2)) == pytest.approx(al(HELD_OUT), rel=0.02), (m.group(2), al(HELD_OUT))
-    # tok/s is printed, not asserted: the sweep's five starts run one after another, and on 2 shared cores a
-    # server's speed drifts over those minutes (CI runs of this comparison: +4.0%, +29.6%, -36.6%); the live
-    # advisor's test compares its predictions with servers measured interleaved (test_vllm_live_advisor)
+    # tok/s is printed, not asserted: the sweep benches one configuration after another, and on 2 shared cores a
+    # server's speed drifts over those minutes (CI runs of this comparison, when each configuration was started
+    # in turn: +4.0%, +29.6%, -36.6%); the live advisor's test compares its predictions with servers measured
+    # interleaved (test_vllm_live_advisor)

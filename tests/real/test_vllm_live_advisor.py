@@ -8,7 +8,8 @@ each server's rate pooled over the rounds. A drift of the whole machine then fal
 interleaving does not cancel is a server's age: the tier's own k=3 server, started a quarter of an hour
 earlier, measured 8-10% faster than k=2 and k=5 servers started later beside each other in two of four runs
 (k=5 over k=2 agreed with the advisor within 5% in all four). So the daemon watches a k=3 server started
-beside the truth's, and is compared with it.
+beside the truth's, and is compared with it: the tier's EAGLE-3 servers at 1, 2, 3 and 5 steps
+(``eagle3_ladder``), started together, serve the prior, the daemon and the truth.
 
 The machine's own speed moves too, by a third within minutes, and a prior swept at another speed than the
 daemon's minute misfits the cost shape; so the predictions against the truth are printed, and what is asserted
@@ -131,16 +132,12 @@ def live_advice(procs, spec: RealServer, plain_tps: float, prior: Path, temperat
 
 
 @pytest.fixture(scope="module")
-def prior(eagle_server, plain_server, heldout_prompts, tmp_path_factory) -> tuple[Path, float]:
+def prior(eagle3_ladder, plain_server, heldout_prompts, tmp_path_factory) -> tuple[Path, float]:
     """``sweep --targets`` over plain decoding and the distilled head at 1 and 3 steps: the ``--advisor-prior``
     and plain decoding's one-stream rate."""
     tmp = tmp_path_factory.mktemp("prior")
-    k1 = start(tmp, {"eagle3-k1": head_config(1)})["eagle3-k1"]
     t0 = time.monotonic()
-    try:
-        path = prior_sweep([plain_server.url, k1.url, eagle_server.url], heldout_prompts, tmp)
-    finally:
-        k1.stop()
+    path = prior_sweep([plain_server.url, eagle3_ladder[1].url, eagle3_ladder[3].url], heldout_prompts, tmp)
     TIMINGS["advisor prior, sweep --targets of 3 (s)"] = time.monotonic() - t0
     doc = json.loads(path.read_text())
     plain = next(c for c in doc["configurations"] if c["steps"] == 0)
@@ -191,14 +188,13 @@ def check(case: str, adv: dict, measured: tuple[dict[int, float], dict[int, floa
 
 
 def test_the_live_advisor_predicts_step_counts_it_never_ran_and_its_flags_run_them(
-        plain_server, prior, heldout_prompts, procs, tmp_path):
+        plain_server, eagle3_ladder, prior, heldout_prompts, procs, tmp_path):
     """Greedy, then at temperature 0.8, on a k=3 server: the predictions for 2 and 5 steps against servers at 2
     and 5 steps started beside it; the greedy advice's own flags started and measured beside them."""
     path, plain_tps = prior
-    steps = (3, *PREDICTED)
-    up = start(tmp_path, {f"eagle3-k{k}": head_config(k) for k in steps})
+    up: dict[str, RealServer] = {}  # started here: the advice's own flags
     try:
-        servers = {0: plain_server, **{k: up[f"eagle3-k{k}"] for k in steps}}
+        servers = {0: plain_server, **{k: eagle3_ladder[k] for k in (3, *PREDICTED)}}
         for temperature in (0.0, 0.8):
             # plain decoding's rate for this traffic, as an operator gives it: the greedy prior's, and at 0.8 a
             # bench of the plain server at 0.8 (sampling is work of its own for vLLM's CPU build)
