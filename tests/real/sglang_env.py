@@ -24,9 +24,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -130,13 +132,34 @@ def install() -> float:
     return time.monotonic() - t0
 
 
+_CASES: list[dict[str, Any]] = []  # this process's run of the stand-ins' cases
+
+
+def standin_cases() -> list[dict[str, Any]]:
+    """Each case of ``sglang_cpu/cases.py`` (name, ok, error), run once per process: the tier's setup check and
+    ``test_sglang_standins`` read the same run (it imports torch and SGLang: 7-9 s). ``SetupError`` when it
+    gives no results."""
+    if not _CASES:
+        step = "check the SGLang stand-ins"
+        try:
+            p = subprocess.run([str(python()), str(STANDINS / "cases.py"), "--json"], capture_output=True, text=True,
+                               timeout=600, env=environment(), cwd=str(STANDINS))
+        except subprocess.TimeoutExpired:
+            raise SetupError(f"{step}: timed out after 600 s") from None
+        try:
+            _CASES.extend(json.loads(p.stdout.strip().splitlines()[-1]))
+        except (IndexError, ValueError):
+            raise SetupError(f"{step}: cases.py gave no results (exit {p.returncode}):\n{p.stdout[-2000:]}\n"
+                             f"{p.stderr[-3000:]}") from None
+    return list(_CASES)
+
+
 def check_standins() -> float:
     """The stand-ins' own cases (``sglang_cpu/cases.py``: each against a hand-checked case of the SGLang
-    kernel it replaces) and SGLang's CPU engine importing with them; returns the seconds taken."""
+    kernel it replaces) and SGLang's CPU engine importing with them; returns the seconds taken (0 when this
+    process has run them already)."""
     t0 = time.monotonic()
-    out = _run([str(python()), str(STANDINS / "cases.py"), "--json"], "check the SGLang stand-ins", 600,
-               env=environment())
-    failed = [c for c in json.loads(out.strip().splitlines()[-1]) if not c["ok"]]
+    failed = [c for c in standin_cases() if not c["ok"]]
     if failed:
         raise SetupError("check the SGLang stand-ins: " + "; ".join(f"{c['name']}: {c['error']}" for c in failed))
     return time.monotonic() - t0

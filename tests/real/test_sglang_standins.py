@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import ast
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -35,16 +34,15 @@ def run_in_sglang_venv(args: list[str], timeout: float = 300) -> subprocess.Comp
 
 @pytest.fixture(scope="module")
 def case_results() -> dict[str, dict[str, object]]:
+    """cases.py's results: the same run the tier's setup check reads (``sglang_env.standin_cases``)."""
     try:
         sglang_env.install()
     except sglang_env.SetupError as exc:
         pytest.fail(f"the SGLang tier cannot be set up here: {exc}", pytrace=False)
-    p = run_in_sglang_venv([str(CASES_FILE), "--json"])
     try:
-        results = json.loads(p.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        pytest.fail(f"cases.py gave no results (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}",
-                    pytrace=False)
+        results = sglang_env.standin_cases()
+    except sglang_env.SetupError as exc:
+        pytest.fail(str(exc), pytrace=False)
     return {r["name"]: r for r in results}
 
 
