@@ -3,7 +3,12 @@ the live advisor's (one generator, ``engine_flags``, fed what the real server sa
 schedule with ``--speculative-adaptive-config`` and its file, the runbook's example and ``deploy/``'s compose
 and Kubernetes commands. Each starts and serves, and the server's own ``/server_info`` (and, for the schedule,
 its ``sglang:spec_num_steps`` under load) shows the flags took effect. NGRAM with ``--speculative-adaptive``
-falls back to static steps with SGLang's own notice, read in its log."""
+falls back to static steps with SGLang's own notice, read in its log.
+
+The module's servers are started two at a time, in the order the tests use them (``printed``; the sweep's
+and the live advisor's are started by their own modules): a test that only reads ``/server_info`` is over in
+a second, and a start is mostly imports, which two overlap well on two cores. compose and Kubernetes print the
+same command line: one server answers both."""
 
 from __future__ import annotations
 
@@ -13,42 +18,78 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from realserver import COMPARISONS, TIMINGS, RealServer
 from sglang_truth import metrics
-from sglangserver import launch
-from sglangserver import start_printed as start
+from sglangserver import PrintedServers, launch, stop_all
 
 from conftest import specwatch_cmd
 from specwatch.analysis import engine_flags
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
+NGRAM_ADAPTIVE = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4", "--speculative-adaptive"]
+DEPLOY_FILES = ("docker-compose.yml", "k8s/deployment.yaml")
 
 
-def test_the_static_advice_starts_sglang_at_that_step_count(sglang_installed, tmp_path):
-    """What the live advisor and sweep print for one step count, for the setup the real EAGLE-3 server reports."""
+@pytest.fixture(scope="module")
+def printed(sglang_installed, tmp_path_factory) -> Iterator[PrintedServers]:
+    """Every command line this module starts, with the files they name (each in a folder of its own: the
+    schedule's and the runbook's file have the same name), launched two at a time in the tests' order."""
+    stop_all()  # the tier's three servers are done with (two cores)
+    pool = PrintedServers(tmp_path_factory.mktemp("printed"))
+    pool.add("sglang-advised-k2", static_flags())
+    advice = schedule_advice(pool.tmp / "schedule")
+    for name, content in advice.files:
+        (pool.tmp / "schedule" / name).write_text(content)
+    pool.add("sglang-adaptive", shlex.split(advice.flags))
+    pool.add("sglang-ngram-adaptive", NGRAM_ADAPTIVE)
+    content, flags = runbook_command(pool.tmp / "runbook")
+    Path(flags[-1]).write_text(json.dumps(content))
+    pool.add("sglang-runbook", flags)
+    for where in DEPLOY_FILES:
+        pool.add(f"sglang-{where.replace('/', '-')}", deploy_flags(where))
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+def static_flags() -> list[str]:
+    """What the live advisor and sweep print for 2 steps, for the setup the real EAGLE-3 server reports."""
     setup = engine_flags.ServerSetup("sglang", "0.5.23", algorithm="EAGLE3", topk=1)
     (advice,) = engine_flags.static_advice(2, setup)
-    server, info = start(tmp_path, "sglang-advised-k2", shlex.split(advice.flags))
+    return shlex.split(advice.flags)
+
+
+def test_the_static_advice_starts_sglang_at_that_step_count(printed):
+    """What the live advisor and sweep print for one step count, for the setup the real EAGLE-3 server reports."""
+    flags = static_flags()
+    _server, info = printed.get("sglang-advised-k2", flags)
     try:
         assert (info["speculative_algorithm"], info["speculative_num_steps"], info["speculative_num_draft_tokens"],
                 info["speculative_eagle_topk"]) == ("EAGLE3", 2, 3, 1)
     finally:
-        server.stop()
+        printed.release(flags)
 
 
-def test_the_schedule_starts_sglang_and_its_steps_follow_the_load(sglang_installed, tmp_path):
+def schedule_advice(where: Path) -> engine_flags.EngineAdvice:
+    """The schedule's advice with its file in ``where`` (created)."""
+    where.mkdir(exist_ok=True)
+    setup = engine_flags.ServerSetup("sglang", "0.5.23", algorithm="EAGLE3", topk=1, max_running=16)
+    return engine_flags.sglang_advice([(1, 2, 3), (3, 16, 0)], setup, str(where))
+
+
+def test_the_schedule_starts_sglang_and_its_steps_follow_the_load(printed):
     """The per-load schedule 3 steps at 1-2 running requests, none from 3, as the sweep prints it: flags and file.
     SGLang's own gauge of the step count in use reads 3 at one stream and 0 at eight."""
-    setup = engine_flags.ServerSetup("sglang", "0.5.23", algorithm="EAGLE3", topk=1, max_running=16)
-    advice = engine_flags.sglang_advice([(1, 2, 3), (3, 16, 0)], setup, str(tmp_path))
-    for name, content in advice.files:
-        (tmp_path / name).write_text(content)
-    server, info = start(tmp_path, "sglang-adaptive", shlex.split(advice.flags))
+    advice = schedule_advice(printed.tmp / "schedule")
+    assert all((printed.tmp / "schedule" / name).read_text() == content for name, content in advice.files)
+    server, info = printed.get("sglang-adaptive", shlex.split(advice.flags))
     try:
         assert info["speculative_adaptive"] is True and info["speculative_num_steps"] == 3
         # the gauge is set at each decode log line (every 10 rounds), 0 until the first: read in order
@@ -58,7 +99,7 @@ def test_the_schedule_starts_sglang_and_its_steps_follow_the_load(sglang_install
         COMPARISONS.append(f"SGLang adaptive schedule {advice.files[0][1]}: sglang:spec_num_steps seen at 1 stream "
                            f"{seen[1]}, at 8 streams {seen[8]} (in order)")
     finally:
-        server.stop()
+        printed.release(shlex.split(advice.flags))
 
 
 def steps_under_load(server: RealServer, streams: int) -> list[float]:
@@ -83,14 +124,12 @@ def steps_under_load(server: RealServer, streams: int) -> list[float]:
     return seen
 
 
-def test_ngram_with_adaptive_falls_back_with_sglangs_notice(sglang_installed, tmp_path):
+def test_ngram_with_adaptive_falls_back_with_sglangs_notice(printed, tmp_path):
     """The advice never prints --speculative-adaptive for NGRAM; what SGLang does if given it anyway."""
     setup = engine_flags.ServerSetup("sglang", "0.5.23", algorithm="NGRAM", topk=1)
     advice = engine_flags.sglang_advice([(1, 2, 3), (3, 16, 0)], setup, str(tmp_path))
     assert "--speculative-adaptive" not in advice.flags and "EAGLE and EAGLE3 only" in advice.headline
-    server, info = start(tmp_path, "sglang-ngram-adaptive", ["--speculative-algorithm", "NGRAM",
-                                                             "--speculative-num-draft-tokens", "4",
-                                                             "--speculative-adaptive"])
+    server, info = printed.get("sglang-ngram-adaptive", NGRAM_ADAPTIVE)
     try:
         assert info["speculative_adaptive"] is False
         notice = "speculative_adaptive disabled: speculative_algorithm=NGRAM (only EAGLE/EAGLE3 are supported). " \
@@ -98,7 +137,7 @@ def test_ngram_with_adaptive_falls_back_with_sglangs_notice(sglang_installed, tm
         assert notice in server.output()
         COMPARISONS.append(f"NGRAM + --speculative-adaptive, SGLang's log: {notice}")
     finally:
-        server.stop()
+        printed.release(NGRAM_ADAPTIVE)
 
 
 def runbook_schedule() -> tuple[dict, list[str]]:
@@ -113,12 +152,18 @@ def runbook_schedule() -> tuple[dict, list[str]]:
                                           "--speculative-adaptive-config"]
 
 
-def test_the_runbooks_schedule_starts_sglang(sglang_installed, tmp_path):
+def runbook_command(where: Path) -> tuple[dict, list[str]]:
+    """The runbook's file content and its flags, the file named in ``where`` (created)."""
+    where.mkdir(exist_ok=True)
     content, flags = runbook_schedule()
-    path = tmp_path / engine_flags.ADAPTIVE_FILE
-    path.write_text(json.dumps(content))
-    server, info = start(tmp_path, "sglang-runbook", [*flags, str(path)])
-    server.stop()
+    return content, [*flags, str(where / engine_flags.ADAPTIVE_FILE)]
+
+
+def test_the_runbooks_schedule_starts_sglang(printed):
+    content, flags = runbook_command(printed.tmp / "runbook")
+    assert json.loads(Path(flags[-1]).read_text()) == content
+    _server, info = printed.get("sglang-runbook", flags)
+    printed.release(flags)
     assert info["speculative_adaptive"] is True
 
 
@@ -142,13 +187,17 @@ def speculative_part(command: str, head: str) -> list[str]:
     return [w for w in words[i:] if w != "--enable-metrics"]
 
 
-@pytest.mark.parametrize("where", ["docker-compose.yml", "k8s/deployment.yaml"])
-def test_the_deploy_files_sglang_command_starts_sglang(sglang_installed, tmp_path, where):
+def deploy_flags(where: str) -> list[str]:
     import sglang_env
 
-    flags = speculative_part(deploy_commands()[where], str(sglang_env.head_dir()))
-    server, info = start(tmp_path, f"sglang-{where.replace('/', '-')}", flags)
-    server.stop()
+    return speculative_part(deploy_commands()[where], str(sglang_env.head_dir()))
+
+
+@pytest.mark.parametrize("where", DEPLOY_FILES)
+def test_the_deploy_files_sglang_command_starts_sglang(printed, where):
+    flags = deploy_flags(where)
+    _server, info = printed.get(f"sglang-{where.replace('/', '-')}", flags)
+    printed.release(flags)
     want = dict(zip(flags[::2], flags[1::2], strict=False))
     assert info["speculative_num_steps"] == int(want["--speculative-num-steps"])
     assert info["speculative_num_draft_tokens"] == int(want["--speculative-num-draft-tokens"])
