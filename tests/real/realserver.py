@@ -144,40 +144,6 @@ def smoke(server: RealServer, name: str) -> None:
                     f"an EAGLE-3 head whose aux-layer ids do not fit the target does this\n{tail}", pytrace=False)
 
 
-def worker_spawned(server: RealServer) -> bool:
-    """Whether vLLM has spawned the server's Worker: a process of its group bound to fewer CPUs than the
-    machine has (vLLM binds the Worker to CPU 0 at its birth, before it imports)."""
-    every = set(range(os.cpu_count() or 1))
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                pgrp = int((d / "stat").read_text().rpartition(")")[2].split()[2])
-                if pgrp == server.popen.pid and os.sched_getaffinity(int(d.name)) != every:
-                    return True
-    return False
-
-
-def launch_side_by_side(tmp: Path, specs: dict[str, tuple[int, str, str]], early_s: float = 60.0
-                        ) -> dict[str, RealServer]:
-    """``launch`` each of ``specs`` (key -> k, log name, method), the next as soon as fewer than two are still in
-    the part of a start that any CPU can run (the API server's and the EngineCore's imports, ~13 s of CPU):
-    vLLM binds each Worker to CPU 0 before it imports (~7.5 s), so six launched at once queue their Workers
-    there while CPU 1 idles (107-112 s for six here; 85-89 s so)."""
-    servers: dict[str, RealServer] = {}
-    since: dict[str, float] = {}
-    try:
-        for key, (k, name, method) in specs.items():
-            while sum(1 for other, s in servers.items() if s.popen.poll() is None
-                      and time.monotonic() - since[other] < early_s and not worker_spawned(s)) >= 2:
-                time.sleep(0.3)
-            servers[key], since[key] = launch(tmp, k, name, method=method), time.monotonic()
-    except BaseException:
-        for server in servers.values():
-            server.stop()
-        raise
-    return servers
-
-
 LADDER = (1, 2, 5)  # EAGLE-3 step counts served beside the tier's k = 3 (``eagle3_ladder``)
 _SERVERS: dict[str, RealServer] = {}  # the session's servers by name, while they run
 _LADDER_UP: dict[str, RealServer] = {}  # of those, the ladder's, until no test left needs them
@@ -189,17 +155,16 @@ def real_servers(vllm_installed: dict[str, float], tmp_path_factory: pytest.Temp
     """vLLM with ngram speculation (k = 3), with EAGLE-3 (the distilled head, k = 3) and without, started side by
     side and kept for the whole tier; the tests use one at a time. When the run holds a test of the EAGLE-3
     ladder (``eagle3_ladder``), EAGLE-3 at 1, 2 and 5 steps are started beside them, so that every step count
-    the sweep and the live advisor compare is started once, at the same time as the others (a start is ~24 s of
-    CPU whatever runs beside it; ``launch_side_by_side`` staggers them so that both CPUs work)."""
+    the sweep and the live advisor compare is started once, at the same moment as the others (a start is ~24 s
+    of CPU whatever runs beside it: vLLM binds each Worker to CPU 0 before it imports)."""
     tmp = tmp_path_factory.mktemp("vllm")
-    specs = {"spec": (3, "vllm-ngram-k3", "ngram"), "plain": (0, "vllm-plain", "ngram"),
-             "eagle3": (3, "vllm-eagle3-k3", "eagle3")}
+    servers = {"spec": launch(tmp, 3, "vllm-ngram-k3"), "plain": launch(tmp, 0, "vllm-plain"),
+               "eagle3": launch(tmp, 3, "vllm-eagle3-k3", method="eagle3")}
     if any("eagle3_ladder" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        specs |= {f"eagle3-k{k}": (k, f"vllm-eagle3-k{k}", "eagle3") for k in LADDER}
-    t0 = time.monotonic()
-    servers = launch_side_by_side(tmp, specs)
-    _LADDER_UP.update({name: server for name, server in servers.items() if name.startswith("eagle3-k")})
+        _LADDER_UP.update({f"eagle3-k{k}": launch(tmp, k, f"vllm-eagle3-k{k}", method="eagle3") for k in LADDER})
+        servers |= _LADDER_UP
     _SERVERS.update(servers)
+    t0 = time.monotonic()
     try:
         for server in servers.values():
             wait_ready(server, server.log.stem, t0)
