@@ -37,32 +37,22 @@ DEPLOY_FILES = ("docker-compose.yml", "k8s/deployment.yaml")
 
 
 @pytest.fixture(scope="module")
-def printed(sglang_installed, tmp_path_factory, request) -> Iterator[PrintedServers]:
-    """Every command line the run's tests of this module start, with the files they name (each in a folder of
-    its own: the schedule's and the runbook's file have the same name), launched two at a time in the tests'
-    order."""
+def printed(sglang_installed, tmp_path_factory) -> Iterator[PrintedServers]:
+    """Every command line this module starts, with the files they name (each in a folder of its own: the
+    schedule's and the runbook's file have the same name), launched two at a time in the tests' order."""
     stop_all()  # the tier's three servers are done with (two cores)
     pool = PrintedServers(tmp_path_factory.mktemp("printed"))
-    selected = {getattr(item, "originalname", item.name) for item in request.session.items
-                if getattr(item, "module", None) is request.module}
-    if "test_the_static_advice_starts_sglang_at_that_step_count" in selected:
-        pool.add("sglang-advised-k2", static_flags())
-    if "test_the_schedule_starts_sglang_and_its_steps_follow_the_load" in selected:
-        advice = schedule_advice(pool.tmp / "schedule")
-        for name, content in advice.files:
-            (pool.tmp / "schedule" / name).write_text(content)
-        pool.add("sglang-adaptive", shlex.split(advice.flags))
-    if "test_ngram_with_adaptive_falls_back_with_sglangs_notice" in selected:
-        pool.add("sglang-ngram-adaptive", NGRAM_ADAPTIVE)
-    if "test_the_runbooks_schedule_starts_sglang" in selected:
-        content, flags = runbook_command(pool.tmp / "runbook")
-        Path(flags[-1]).write_text(json.dumps(content))
-        pool.add("sglang-runbook", flags)
-    for item in request.session.items:  # each file its own check, the same command line: one server
-        if getattr(item, "module", None) is request.module and \
-                item.originalname == "test_the_deploy_files_sglang_command_starts_sglang":
-            where = item.callspec.params["where"]
-            pool.add(f"sglang-{where.replace('/', '-')}", deploy_flags(where))
+    pool.add("sglang-advised-k2", static_flags())
+    advice = schedule_advice(pool.tmp / "schedule")
+    for name, content in advice.files:
+        (pool.tmp / "schedule" / name).write_text(content)
+    pool.add("sglang-adaptive", shlex.split(advice.flags))
+    pool.add("sglang-ngram-adaptive", NGRAM_ADAPTIVE)
+    content, flags = runbook_command(pool.tmp / "runbook")
+    Path(flags[-1]).write_text(json.dumps(content))
+    pool.add("sglang-runbook", flags)
+    for where in DEPLOY_FILES:
+        pool.add(f"sglang-{where.replace('/', '-')}", deploy_flags(where))
     try:
         yield pool
     finally:
