@@ -21,10 +21,14 @@ class Margin:
     def tie(self) -> bool:
         return self.low is not None and self.high is not None and self.low <= 0.0 <= self.high
 
-    def text(self) -> str:
-        ci = "" if self.low is None or self.high is None else \
+    def interval_text(self) -> str:
+        """``+1.7% (95% interval -4.6% to +8.0%)``: the margin without its verdict."""
+        ci = " (no interval: too few requests)" if self.low is None or self.high is None else \
             f" (95% interval {100 * self.low:+.1f}% to {100 * self.high:+.1f}%)"
-        return f"{100 * self.ratio:+.1f}%{ci}" + (": a tie, within the noise" if self.tie else "")
+        return f"{100 * self.ratio:+.1f}%{ci}"
+
+    def text(self) -> str:
+        return self.interval_text() + (": a tie, within the noise" if self.tie else "")
 
 
 def margin(a: Sequence[float], b: Sequence[float]) -> Margin | None:

@@ -50,12 +50,7 @@ class Comparison:
 
     def text(self) -> str:
         """``+1.7% (95% interval -4.6% to +8.0%)``, the margin without its verdict."""
-        m = self.margin
-        if m is None:
-            return "-"
-        ci = " (no interval: too few requests)" if m.low is None or m.high is None else \
-            f" (95% interval {100 * m.low:+.1f}% to {100 * m.high:+.1f}%)"
-        return f"{100 * m.ratio:+.1f}%{ci}"
+        return self.margin.interval_text() if self.margin is not None else "-"
 
 
 def comparisons(results: Sequence[ConfigResult]) -> dict[tuple[str, int], Comparison]:
