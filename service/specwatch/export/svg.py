@@ -19,6 +19,16 @@ class Series:
     name: str
     points: Sequence[tuple[float, float]]  # (x, y); non-finite y values are skipped
     dashed: bool = False  # a reference line (baseline, break-even)
+    colour: str = ""  # a fixed colour (default: COLOURS by the series' place)
+    marks: str = ""  # "dot" (class pt), "none" or "ring" (open rings, class opt, no line); default: dot unless dashed
+    wide: bool = False  # drawn wide and pale beneath the other series: a path that runs across them
+
+    @property
+    def mark(self) -> str:
+        return self.marks or ("none" if self.dashed else "dot")
+
+    def key(self) -> str:
+        return "○ " if self.mark == "ring" else "▬▬ " if self.wide else "╌╌ " if self.dashed else "━━ "
 
 
 X_KINDS = ("number", "whole", "time")  # time: x in seconds, shown in s, min or h by the span
@@ -42,9 +52,13 @@ def _x_axis(lo: float, hi: float, kind: str, label: str) -> tuple[Ticks, float, 
     return nice_ticks(lo, hi, min_step=1.0 if kind == "whole" else 0.0), 1.0, label
 
 
+def _colour(s: Series, i: int) -> str:
+    return s.colour or COLOURS[i % len(COLOURS)]
+
+
 def _legend(series: Sequence[Series], note: str) -> str:
-    keys = " ".join(f'<span style="color:{COLOURS[i % len(COLOURS)]}">{"╌╌ " if s.dashed else "━━ "}'
-                    f'{escape(s.name)}</span>' for i, s in enumerate(series))
+    keys = " ".join(f'<span style="color:{_colour(s, i)}">{s.key()}{escape(s.name)}</span>'
+                    for i, s in enumerate(series))
     return f'<div class="legend">{keys}{f" <span class=note>· y {escape(note)}</span>" if note else ""}</div>'
 
 
@@ -79,17 +93,23 @@ def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
     out.append(f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 6}" text-anchor="middle" class="label">'
                f'{escape(x_text)}</text><text x="14" y="{mid_y}" class="label" '
                f'transform="rotate(-90 14 {mid_y})" text-anchor="middle">{escape(y_label)}</text>')
-    for i, s in enumerate(series):
-        colour = COLOURS[i % len(COLOURS)]
+    for i, s in sorted(enumerate(series), key=lambda e: not e[1].wide):  # the wide ones first, beneath
+        colour = _colour(s, i)
         good = [(x, y) for x, y in s.points if math.isfinite(y) and math.isfinite(x)]
         if not good:
             continue
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in good)
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
-        if not s.dashed:
+        width = ' stroke-width="9" stroke-opacity="0.3" stroke-linecap="round" stroke-linejoin="round"' if s.wide \
+            else ' stroke-width="2"'
+        if s.mark != "ring":
+            out.append(f'<polyline points="{path}" fill="none" stroke="{colour}"{width}{dash}/>')
+        if s.mark == "dot":
             out += [f'<circle class="pt" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}">'
                     f'<title>{escape(s.name)}: {_fmt(y)}</title></circle>' for x, y in good]
+        elif s.mark == "ring":
+            out += [f'<circle class="opt" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="7" fill="none" stroke="{colour}" '
+                    f'stroke-width="1.5"><title>{escape(s.name)}</title></circle>' for x, y in good]
     out.append("</svg></figure>")
     return "".join(out)
 

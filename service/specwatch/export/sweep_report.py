@@ -12,7 +12,7 @@ from ..analysis.comparisons import MEASURE, Band, comparisons
 from ..analysis.engine_flags import EngineAdvice
 from ..results import ConfigResult, levels, plain_of
 from .format import fmt
-from .sweep_plots import steps_chart
+from .sweep_plots import pareto_chart, steps_chart
 
 
 def write_advice_files(out: Path, advice: Sequence[EngineAdvice]) -> None:
@@ -36,8 +36,8 @@ pre{background:#f6f6f6;padding:12px;overflow:auto}"""
 
 
 def html(results: Sequence[ConfigResult], band: Band | None, base_tps: float | None, advice: str = "") -> str:
-    """``report.html``: the pick with its margin, the table, the plot and the advisor, self-contained; every
-    margin is ``comparisons``' own, as the terminal prints it."""
+    """``report.html``: the pick with its margin, the table, the plots (by draft steps; the Pareto view) and the
+    advisor, self-contained; every margin is ``comparisons``' own, as the terminal prints it."""
     c0 = band.concurrency if band is not None else (levels(results) or [1])[0]
     cmp = comparisons(results)
     rows = []
@@ -55,7 +55,7 @@ def html(results: Sequence[ConfigResult], band: Band | None, base_tps: float | N
                     f'<td>{escape(vs.short() if vs else "-")}</td></tr>')
     where = f" (at {c0} stream{'s' if c0 > 1 else ''}, the lowest load)" if len(levels(results)) > 1 else ""
     verdict = "no configuration finished" if band is None else f"winner: {escape(band.sentence())}{where}"
-    plot = steps_chart(results, base_tps)
+    plot = steps_chart(results, base_tps) + pareto_chart(results)
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>specwatch sweep</title>
 <style>{CSS}</style></head><body><h1>specwatch sweep</h1><p id="winner">{verdict}</p>
 <table><tr><th>configuration</th><th>decode tok/s per stream</th><th>tok/s per request</th><th>aggregate tok/s</th>
