@@ -60,6 +60,32 @@ class ClientLag(LoopLag):
         return self.distorted_cpu_share is not None and self.distorted_cpu_share >= CPU_BOUND_SHARE
 
 
+Phase = Literal["ramp_up", "steady", "drain", ""]  # a measured request against its run's steady window ("": failed)
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyWindow:
+    """A run's steady window (``analysis.steady_window``, which states the rule): the span in which all its
+    streams were in flight, the figures of the requests that ran entirely inside it, and those it recorded apart.
+    When ``steady`` is False the figures are None and ``reason`` says why (a window too short to be steady,
+    or a result written before windows were measured)."""
+
+    steady: bool = False
+    reason: str = "not measured (a result written before steady windows)"
+    streams: int | None = None  # the closed loop's streams (None: an open loop)
+    window_s: float = 0.0  # from the moment all streams are first in flight to the first stream's last end
+    window_share: float = 0.0  # of the measured phase (first send to last end)
+    requests: int = 0  # ok requests that ran entirely inside the window
+    ramp_up: int = 0  # ok requests sent before it opened, recorded apart
+    drain: int = 0  # ok requests that ended after it closed, recorded apart
+    mean_in_flight: float | None = None  # ok requests between send and end, time-weighted over the window
+    server_running: float | None = None  # median running requests the server's /metrics gave (measured phase)
+    tokens_per_second: float | None = None  # per stream: mean over the window's requests of tokens / (end - send)
+    decode_tokens_per_second: float | None = None  # per stream, token-weighted, after each request's first chunk
+    output_tokens_per_second: float | None = None  # aggregate: every token that arrived inside the window / window
+    ttft_s: float | None = None  # mean over the window's requests, from the send
+
+
 @dataclass(frozen=True, slots=True)
 class BenchResult:
     """One measured phase (a bench run, or one concurrency level of a sweep configuration)."""
@@ -83,6 +109,7 @@ class BenchResult:
     approximated_token_counts: int
     tokens_per_chunk_bound: int | None
     event_loop_lag: ClientLag = ClientLag()
+    steady: SteadyWindow = SteadyWindow()  # the figures above are the whole measured phase's; these the window's
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +133,7 @@ class RunResult:
     server_accept_length: float | None
     verify_ct: int | None
     tokens_exact: bool
+    phase: Phase = ""  # where it ran against the steady window
 
     @classmethod
     def of(cls, r: RequestRecord) -> RunResult:

@@ -110,11 +110,12 @@ def rec(arrival: int, last: int, outcome: str = "finished") -> dict:
 
 @pytest.mark.parametrize(("records", "warmup", "streams", "kept"), [
     # warm-up (0-10), then two streams: the ramp ends when both are in flight (at 20); drain: ends after the
-    # last arrival (60)
+    # first end (70) after the last arrival (60)
     ([rec(0, 10), rec(11, 30), rec(20, 40), rec(31, 50), rec(41, 70), rec(51, 80), rec(60, 90)], 1, 2,
-     [(20, 40), (31, 50)]),
-    # an aborted request is not a finished one
-    ([rec(0, 10), rec(5, 30, "aborted"), rec(11, 30), rec(20, 40), rec(41, 50)], 0, 1, [(0, 10), (11, 30), (20, 40)]),
+     [(20, 40), (31, 50), (41, 70)]),
+    # an aborted request is not a finished one; one stream has no drain
+    ([rec(0, 10), rec(5, 30, "aborted"), rec(11, 30), rec(20, 40), rec(41, 50)], 0, 1,
+     [(0, 10), (11, 30), (20, 40), (41, 50)]),
     # never two in flight: no steady state
     ([rec(0, 10), rec(11, 20)], 0, 2, []),
 ])

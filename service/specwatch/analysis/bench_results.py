@@ -1,20 +1,23 @@
 """Records → recorder → results: the one path from a run's records to its numbers, for ``bench``, ``report``
 and ``sweep``. Analysis stage; pure (records in, a ``BenchDoc`` and the run as one interval out).
 
-Warm-up requests are left out. Requests are recorded once per domain and the overall view is their merge, so a
-replay of a records file gives the run's numbers exactly.
+Warm-up requests are left out. The figures are the whole measured phase's, ramp-up and drain included (as
+vLLM's keys are); ``results.steady`` holds the steady window's (``steady_window``: all the streams in flight),
+and each run says where it ran against it. Requests are recorded once per domain and the overall view is their
+merge, so a replay of a records file gives the run's numbers exactly.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ..recorder.stats import Stats
 from ..recorder.windows import Interval
 from ..records import OUTCOMES, LoopLag, RequestRecord, RunInfo
 from ..results import BenchDoc, BenchResult, ClientLag, DomainResult, RunResult, ServeMetrics, Spread
+from . import steady_window
 from .serve_metrics import serve_metrics
 
 REPORTED = ("ttft", "itl", "inter_chunk", "e2e", "service", "schedule_lag")
@@ -37,11 +40,14 @@ def analyse(info: RunInfo, records: Sequence[RequestRecord]) -> Analysis:
     start = min((r.sent_ns for r in measured), default=0)
     interval = Interval(start, max((r.done_ns for r in measured), default=start), {"spec": overall})
     serve = serve_metrics(measured, info.schedule)
+    steady, split = steady_window.of_run(measured, info.schedule, info.server_running)
     doc = BenchDoc(**{f.name: getattr(serve, f.name) for f in fields(ServeMetrics)},
                    server_url=info.server_url, api=info.api, model=info.model, server_info=info.server_info,
                    config=info.settings,
-                   results=summarise(overall, measured, info.lifetime_accept_length, info.loop_lag),
-                   by_domain=by_domain(domains), runs=tuple(RunResult.of(r) for r in measured))
+                   results=replace(summarise(overall, measured, info.lifetime_accept_length, info.loop_lag),
+                                   steady=steady),
+                   by_domain=by_domain(domains),
+                   runs=tuple(replace(RunResult.of(r), phase=split.phase_of(r)) for r in measured))
     return Analysis(doc, interval)
 
 

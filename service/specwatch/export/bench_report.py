@@ -13,6 +13,7 @@ from .. import codec
 from ..analysis.bench_results import Analysis
 from ..records import RequestRecord, RunInfo
 from ..results import LAG_SHARE, BenchDoc, ClientLag
+from . import steady_report
 from .format import fmt, ms
 from .hlog import HlogWriter
 
@@ -47,6 +48,7 @@ def text(doc: BenchDoc, records: Sequence[RequestRecord]) -> str:
            f"  Max tok/s:     {fmt(s.max_tokens_per_second, '.1f')}  (per request)",
            f"  Decode tok/s:  {fmt(s.decode_tokens_per_second, '.1f')}  (per stream: tokens after the first chunk / "
            "decode time)",
+           *steady_report.lines(s.steady),
            f"  TTFT:          p50 {ms(lat['ttft'].p50, unit=' ms')}, p99 {ms(lat['ttft'].p99, unit=' ms')}  "
            "(per request, from its send)",
            f"  TPOT:          mean {doc.mean_tpot_ms:.2f} ms, median {doc.median_tpot_ms:.2f} ms, p99 "

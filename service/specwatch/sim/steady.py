@@ -3,9 +3,10 @@ rule the oracle applies to its virtual runs and the tests apply to a served engi
 
 The steady set leaves out the warm-up, the ramp-up (a closed loop's requests that arrived before all its
 streams were first in flight together; an open loop's first tenth) and the drain (requests that ended after
-the last arrival, while fewer streams were in flight). Per stream it gives both figures ``bench`` prints:
-tokens over the whole request (output tokens / (last token - arrival), the mean over requests) and decode
-tok/s (tokens after the first / (last token - first token), token-weighted).
+the first end after the last arrival: from then on fewer streams were in flight; at one stream, none). The
+profiler's ``analysis.steady_window`` applies the same rule to a client's records. Per stream it gives both
+figures ``bench`` prints: tokens over the whole request (output tokens / (last token - arrival), the mean over
+requests) and decode tok/s (tokens after the first / (last token - first token), token-weighted).
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ def steady_set(requests: Sequence[dict[str, Any]], warmup: int, streams: int | N
         ramp_ns = full_at(done, streams)
         if ramp_ns is None:
             return []
-    last_arrival = done[-1]["arrival_ns"]
-    return [r for r in done if r["arrival_ns"] >= ramp_ns and r["last_token_ns"] <= last_arrival]
+    last_arrival = done[-1]["arrival_ns"]  # the drain: from the first end after it, fewer streams in flight
+    closes = min((r["last_token_ns"] for r in done if r["last_token_ns"] > last_arrival), default=last_arrival)
+    return [r for r in done if r["arrival_ns"] >= ramp_ns and r["last_token_ns"] <= closes]
 
 
 def full_at(requests: Sequence[dict[str, Any]], streams: int) -> int | None:
