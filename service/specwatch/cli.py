@@ -13,6 +13,7 @@ COMMANDS = {
     "demo": ("specwatch.commands.demo", "simulator + daemon + live terminal view, on this machine"),
     "parse-log": ("specwatch.commands.parse_log", "accept-length statistics of saved server logs"),
     "sweep": ("specwatch.commands.sweep", "launch, bench and compare draft configurations unattended"),
+    "tune": ("specwatch.commands.tune", "find the best draft step count in a few launches, from the one running"),
     "advise": ("specwatch.commands.advise", "explain a sweep with the cycle model and predict untested steps"),
 }
 

@@ -308,7 +308,8 @@ OPTIONS: dict[str, Option] = {
                              unset="none: open"),
     # sweep
     "launch": Option(typed(str), "server command with {param} placeholders"),
-    "param": Option(typed(str), "NAME=V1,V2,… (several make a grid)", many=True, default=()),
+    "param": Option(typed(str), "NAME=V1,V2,… or NAME=LOW..HIGH (sweep: several make a grid; tune: one, the step "
+                                "count)", many=True, default=()),
     "baseline_launch": Option(typed(str), "the same server without speculation"),
     "targets": Option(typed(str), "URL,URL of servers already running (instead of --launch)",
                       unset="none: --launch"),
@@ -316,10 +317,15 @@ OPTIONS: dict[str, Option] = {
                               default=1800.0, unit="s"),
     "grace_s": Option(positive(float, DAY_S), "seconds between SIGTERM and SIGKILL when stopping a server",
                       default=20.0, unit="s"),
-    "out": Option(typed(str), "output directory", default='sweep-out'),
+    "out": Option(typed(str), "output directory", default='sweep-out', by_command={"tune": "tune-out"}),
     "speculative_config": Option(json_object, "vLLM: the speculative server's own --speculative-config JSON (vLLM "
                                               "does not report it; sweep: with --targets, --launch commands are "
                                               "read), so the advice is printed as a whole flag"),
+    # tune
+    "start": Option(typed(str), "NAME=V: the configuration running today, tune's first launch",
+                    unset="the middle of --param's range"),
+    "max_launches": Option(positive(int, 1000), "at most this many speculative launches (the baseline apart)",
+                           default=4, unit="launches"),
     "concurrency_levels": Option(int_list, "closed loop: streams in flight; a list (1,4,16,32) benches every "
                                            "configuration at each", flag_name="concurrency", default='1',
                                  unit="stream"),

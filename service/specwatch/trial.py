@@ -26,7 +26,7 @@ from .launch import Server, wait_ready
 from .options import default
 from .probe.bounded import BenchSpec, collect
 from .records import ApiChoice, RunInfo, ServerSample
-from .results import ConfigResult, LevelResult, SweepDoc
+from .results import ConfigResult, LevelResult
 from .server.logparse import parse_line
 from .server.logtail import SourceState, file_lines
 
@@ -79,9 +79,19 @@ def parse_params(specs: list[str]) -> dict[str, list[str]]:
     for spec in specs:
         name, sep, values = spec.partition("=")
         if not sep or not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or not values:
-            raise ConfigError(f"--param {spec!r}: expected NAME=V1,V2,… (e.g. steps=1,2,3,5,10)")
-        params[name] = [v.strip() for v in values.split(",") if v.strip()]
+            raise ConfigError(f"--param {spec!r}: expected NAME=V1,V2,… or NAME=LOW..HIGH (e.g. steps=1,2,3,5,10)")
+        params[name] = [x for v in values.split(",") if v.strip() for x in _expand(v.strip(), spec)]
     return params
+
+
+def _expand(value: str, spec: str) -> list[str]:
+    """``0..10``: every integer from 0 to 10; any other value as it is."""
+    lo, sep, hi = value.partition("..")
+    if not sep:
+        return [value]
+    if not (lo.strip().isdigit() and hi.strip().isdigit()) or int(lo) > int(hi):
+        raise ConfigError(f"--param {spec!r}: a range is LOW..HIGH of whole numbers, LOW <= HIGH (e.g. steps=0..10)")
+    return [str(i) for i in range(int(lo), int(hi) + 1)]
 
 
 FIELD_RE = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
@@ -228,7 +238,8 @@ def safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name).replace(",", "_")
 
 
-def save(path: Path, doc: ConfigResult | SweepDoc) -> None:
+def save(path: Path, doc: object) -> None:
+    """Write a record through the codec, atomically (a reader never sees half a file)."""
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(codec.dumps(doc))
     tmp.replace(path)

@@ -32,7 +32,7 @@ def chromium() -> str:
     return path
 
 
-def browse(chromium: str, tmp: Path, url: str, shot: Path) -> tuple[str, str]:
+def browse(chromium: str, tmp: Path, url: str, shot: Path, size: str = "1280,1500") -> tuple[str, str]:
     """The rendered DOM and the browser's log for ``url``; a screenshot of it in ``shot``."""
     base = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
             "--hide-scrollbars", "--no-first-run", f"--user-data-dir={tmp / 'chrome'}", "--enable-logging=stderr",
@@ -40,7 +40,7 @@ def browse(chromium: str, tmp: Path, url: str, shot: Path) -> tuple[str, str]:
     dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    pic = subprocess.run([*base, f"--screenshot={shot}", "--window-size=1280,1500", url], capture_output=True,
+    pic = subprocess.run([*base, f"--screenshot={shot}", f"--window-size={size}", url], capture_output=True,
                          text=True, timeout=120)
     assert pic.returncode == 0 and shot.stat().st_size > 20_000, pic.stderr[-2000:]
     return dom.stdout, dom.stderr + pic.stderr
@@ -116,8 +116,8 @@ def test_a_sweep_report_opens_from_disk(procs: Procs, tmp_path, chromium):
     base = procs.sim(*SEED, "--quiet", name="b")
     out = tmp_path / "sweep"
     p = subprocess.run(specwatch_cmd("sweep", "--targets", f"{base.url},{spec.url},{spec5.url}", "--max-tokens", "80",
-                                     "--num-runs", "4", "--warmup", "0", "--out", str(out)), capture_output=True,
-                       text=True, timeout=300)
+                                     "--num-runs", "4", "--warmup", "0", "--concurrency", "1,2,4", "--out", str(out)),
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr
     report = out / "report.html"
     dom, log = browse(chromium, tmp_path, report.as_uri(), ARTIFACTS / "sweep-report.png")
@@ -127,3 +127,18 @@ def test_a_sweep_report_opens_from_disk(procs: Procs, tmp_path, chromium):
     assert points(dom, caption) == 2  # the two speculative configurations; the baseline is a line
     assert tick_steps(dom, caption)["x"] == 1 and nice(tick_steps(dom, caption)["y"])  # steps 2..5: 2, 3, 4, 5
     assert dom.count("<tr") == 4 and not console_errors(log)
+    pareto = "Per-user vs aggregate tok/s, a line per configuration over its loads"
+    assert points(dom, pareto) == 9  # three configurations at three loads
+    assert chart(dom, pareto).count("<polyline") == 4  # a line each and the schedule's (each load's pick)
+    assert 1 <= chart(dom, pareto).count('class="opt"') <= 9  # the Pareto-optimal points, ringed
+    assert all(nice(s) for s in tick_steps(dom, pareto).values())
+    note = re.search(r'<p class="note" id="pareto-note">(.*?)</p>', dom, re.S)
+    assert note is not None and "the schedule's points on it:" in note.group(1)
+    assert (out / "sweep-pareto.png").read_bytes()[:4] == b"\x89PNG"
+    text = report.read_text()  # the Pareto chart alone, with the report's own style, for its own screenshot
+    section = re.search(r'<section id="pareto">.*?</section>', text, re.S)
+    assert section is not None
+    alone = tmp_path / "pareto.html"
+    alone.write_text(text[:text.index("<body>") + 6] + section.group(0) + "</body></html>", encoding="utf-8")
+    _, log = browse(chromium, tmp_path, alone.as_uri(), ARTIFACTS / "sweep-pareto-report.png", "800,560")
+    assert not console_errors(log)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from specwatch import cli, config
-from specwatch.commands import bench, sweep
+from specwatch.commands import bench, sweep, tune
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-COMMANDS = ["run", "bench", "report", "sweep", "advise", "parse-log", "demo", "sim", "sim --engine vllm"]
+COMMANDS = ["run", "bench", "report", "sweep", "tune", "advise", "parse-log", "demo", "sim", "sim --engine vllm"]
 ENTRY = re.compile(r"^  (-\S.*?)(?:  +(\S.*))?$")  # an option's line: two spaces, its flags, its help if it fits
 STATED = re.compile(r"(.*?) ?\((required|default: .*)\)")
 INTERNAL = re.compile(r"\bstage\b|\bpure\b|\.py\b|``|specwatch\.[a-z]|\b(?:analysis|probe|recorder|export|commands|sim)"
@@ -95,7 +95,7 @@ def test_the_help_names_no_internal_module_or_stage(command, monkeypatch):
 
 
 @pytest.mark.parametrize(("command", "defaults"), [("run", config.DEFAULTS), ("bench", bench.DEFAULTS),
-                                                   ("sweep", sweep.DEFAULTS)])
+                                                   ("sweep", sweep.DEFAULTS), ("tune", tune.DEFAULTS)])
 def test_the_help_lists_every_environment_variable_the_command_reads(command, defaults, monkeypatch):
     text = help_text(command, monkeypatch)
     epilog = text.split("\nenvironment (flags > SPECWATCH_* > config file > defaults):\n", 1)[1]

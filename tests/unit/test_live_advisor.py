@@ -117,7 +117,7 @@ def test_without_a_prior_every_interval_holds_the_model(name, n, k):
     assert set(adv.undecided) == {p.steps for p in adv.predictions if p.steps not in (0, k)
                                   and p.tokens_per_second.upper > best}
     if adv.undecided:
-        assert "needs one more configuration measured (sweep it with `specwatch sweep`" in la.describe(adv, k)
+        assert "needs one more configuration measured (run `specwatch tune`" in la.describe(adv, k)
 
 
 def test_the_seed_story_at_five_steps_says_two_steps_would_win():

@@ -99,8 +99,9 @@ def test_the_reports_pareto_chart_draws_every_point_the_schedule_and_rings_the_f
     svg = sweep_plots.pareto_chart(RESULTS)
     assert sweep_plots.PARETO_TITLE in svg and svg.count('class="pt"') == 12  # 3 configurations x 4 loads
     assert svg.count('class="opt"') == 5 and svg.count("<polyline") == 4  # 3 lines and the schedule's
-    assert 'stroke-width="9"' in svg and "schedule: each load&#x27;s pick" in svg
-    note = re.search(r'<p class="note" id="pareto">(.*?)</p>', svg)
+    assert 'stroke-width="9"' in svg and "schedule: each load&#x27;s pick (numbers: streams in flight)" in svg
+    assert re.findall(r'class="tag"[^>]*>([^<]*)<', svg) == ["1", "4", "16", "32"]
+    note = re.search(r'<p class="note" id="pareto-note">(.*?)</p>', svg)
     assert note is not None and "the schedule&#x27;s points on it: 4 of 4" in note.group(1)
     assert "k=5 at 1 stream (200.0 per user, 190.0 aggregate)" in note.group(1)
     assert svg.index('stroke-width="9"') < svg.index('class="pt"')  # the schedule's wide line beneath the points

@@ -136,7 +136,7 @@ class BucketAdvice:
     gain_vs_running: Estimate | None = None  # best ÷ the running configuration
     gain_vs_plain: Estimate | None = None  # best ÷ plain decoding
     # without a prior: step counts never measured whose range reaches above the best measured one; the best is
-    # then the best measured, and the rest needs one more configuration measured (a sweep, or a prior)
+    # then the best measured, and the rest needs one more configuration measured (``specwatch tune``, or a prior)
     undecided: tuple[int, ...] = ()
 
     def prediction(self, steps: int) -> StepPrediction | None:
@@ -375,7 +375,7 @@ def describe(b: BucketAdvice, running: int | None) -> str:
     if b.undecided:
         top = max((p for p in b.predictions if p.steps in b.undecided), key=lambda p: p.tokens_per_second.upper)
         more = (f"; {_span(b.undecided)} could be faster (up to {top.tokens_per_second.upper:.3g} tok/s at "
-                f"{_steps(top.steps)}): needs one more configuration measured (sweep it with `specwatch sweep`, or give "
+                f"{_steps(top.steps)}): needs one more configuration measured (run `specwatch tune`, or give "
                 "--advisor-prior)")
     if b.best_steps == running:
         best_word = "the best measured" if b.undecided else "the best predicted"

@@ -180,6 +180,7 @@ def write_report(results: list[ConfigResult], out: Path) -> str | None:
                                       picks=picks))
     sweep_tables.write_csv(out / "sweep.csv", results)
     print(sweep_plots.plot(out / "sweep.png", results, base_tps))
+    print(sweep_plots.plot_pareto(out / "sweep-pareto.png", results))
     (out / "report.html").write_text(sweep_report.html(results, band, base_tps, advice), encoding="utf-8")
     print(f"\nresults: {out / 'sweep.json'}, {out / 'sweep.csv'}, {out / 'report.html'}")
     return band.winner if band else None

@@ -5,7 +5,7 @@ test can count what was drawn."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -22,6 +22,7 @@ class Series:
     colour: str = ""  # a fixed colour (default: COLOURS by the series' place)
     marks: str = ""  # "dot" (class pt), "none" or "ring" (open rings, class opt, no line); default: dot unless dashed
     wide: bool = False  # drawn wide and pale beneath the other series: a path that runs across them
+    tags: Sequence[str] = ()  # a short text by each point, above and right of it (the streams of a Pareto point)
 
     @property
     def mark(self) -> str:
@@ -62,6 +63,29 @@ def _legend(series: Sequence[Series], note: str) -> str:
     return f'<div class="legend">{keys}{f" <span class=note>· y {escape(note)}</span>" if note else ""}</div>'
 
 
+def _draw(s: Series, colour: str, sx: Callable[[float], float], sy: Callable[[float], float]) -> list[str]:
+    """One series' line, marks and tags (its non-finite points left out)."""
+    good = [(x, y) for x, y in s.points if math.isfinite(y) and math.isfinite(x)]
+    if not good:
+        return []
+    out = []
+    if s.mark != "ring":
+        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in good)
+        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
+        width = ' stroke-width="9" stroke-opacity="0.3" stroke-linecap="round" stroke-linejoin="round"' if s.wide \
+            else ' stroke-width="2"'
+        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}"{width}{dash}/>')
+    if s.mark == "dot":
+        out += [f'<circle class="pt" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}">'
+                f'<title>{escape(s.name)}: {_fmt(y)}</title></circle>' for x, y in good]
+    elif s.mark == "ring":
+        out += [f'<circle class="opt" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="7" fill="none" stroke="{colour}" '
+                f'stroke-width="1.5"><title>{escape(s.name)}</title></circle>' for x, y in good]
+    out += [f'<text class="tag" x="{sx(x) + 9:.1f}" y="{sy(y) - 8:.1f}">{escape(t)}</text>'
+            for (x, y), t in zip(s.points, s.tags, strict=False) if math.isfinite(x) and math.isfinite(y)]
+    return out
+
+
 def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str, x_kind: str = "number") -> str:
     """Ticks from ``ticks`` on both axes; the y range fitted to the data (``data_ticks``), said in the legend
     when it leaves zero out; the legend above the plot, clear of the data."""
@@ -94,22 +118,7 @@ def line_chart(title: str, series: Sequence[Series], x_label: str, y_label: str,
                f'{escape(x_text)}</text><text x="14" y="{mid_y}" class="label" '
                f'transform="rotate(-90 14 {mid_y})" text-anchor="middle">{escape(y_label)}</text>')
     for i, s in sorted(enumerate(series), key=lambda e: not e[1].wide):  # the wide ones first, beneath
-        colour = _colour(s, i)
-        good = [(x, y) for x, y in s.points if math.isfinite(y) and math.isfinite(x)]
-        if not good:
-            continue
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in good)
-        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-        width = ' stroke-width="9" stroke-opacity="0.3" stroke-linecap="round" stroke-linejoin="round"' if s.wide \
-            else ' stroke-width="2"'
-        if s.mark != "ring":
-            out.append(f'<polyline points="{path}" fill="none" stroke="{colour}"{width}{dash}/>')
-        if s.mark == "dot":
-            out += [f'<circle class="pt" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}">'
-                    f'<title>{escape(s.name)}: {_fmt(y)}</title></circle>' for x, y in good]
-        elif s.mark == "ring":
-            out += [f'<circle class="opt" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="7" fill="none" stroke="{colour}" '
-                    f'stroke-width="1.5"><title>{escape(s.name)}</title></circle>' for x, y in good]
+        out += _draw(s, _colour(s, i), sx, sy)
     out.append("</svg></figure>")
     return "".join(out)
 

@@ -199,11 +199,13 @@ def pareto_chart(results: Sequence[ConfigResult]) -> str:
     series = [Series(line.name + (" (plain)" if line.plain else ""),
                      [(q.per_user_tps, q.aggregate_tps) for q in line.points], dashed=line.plain, colour=colour,
                      marks="dot") for line, colour in zip(p.lines, _colours(p), strict=True)]
-    if p.schedule.points:
-        series.append(Series(PARETO_SCHEDULE, [(q.per_user_tps, q.aggregate_tps) for q in p.schedule.points],
-                             colour=SCHEDULE_COLOUR, marks="none", wide=True))
+    sched = p.schedule.points
+    if sched:
+        series.append(Series(PARETO_SCHEDULE + STREAMS_NOTE, [(q.per_user_tps, q.aggregate_tps) for q in sched],
+                             colour=SCHEDULE_COLOUR, marks="none", wide=True, tags=[str(q.concurrency) for q in sched]))
     series.append(Series("Pareto-optimal", [(q.per_user_tps, q.aggregate_tps) for q in p.frontier],
                          colour=FRONTIER_COLOUR, marks="ring"))
     chart = line_chart(PARETO_TITLE, series, PER_USER, AGGREGATE)  # the short name: the SVG is 250 px high
     text = frontier_text(p)
-    return chart + (f'<p class="note" id="pareto">{escape(PARETO_AXES)}. {escape(text)}</p>' if text else "")
+    note = f'<p class="note" id="pareto-note">{escape(PARETO_AXES)}. {escape(text)}</p>' if text else ""
+    return f'<section id="pareto">{chart}{note}</section>'  # report.html#pareto opens at the chart

@@ -31,7 +31,8 @@ CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-widt
 table{border-collapse:collapse}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
 th:first-child,td:first-child{text-align:left}.win{background:#e3f6e3}.fail{color:#b00}
 svg text{font-size:11px;fill:#444}svg .label{font-size:12px}svg .grid{stroke:#e4e4e4}figcaption{font-weight:600}
-.legend{font-size:12px}.note{color:#666}figure.chart{margin:16px 0}
+.legend{font-size:12px}.legend span{white-space:nowrap}svg .tag{font-size:10px;fill:#555}.note{color:#666}
+figure.chart{margin:16px 0}
 pre{background:#f6f6f6;padding:12px;overflow:auto}"""
 
 

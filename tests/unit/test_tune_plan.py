@@ -1,0 +1,93 @@
+"""tune's planner against the simulator's own truth: per-stream decode tok/s of every step count 0-10 at one and
+16 streams (``specwatch sim --profile P --explain --streams 1,16 --max-steps 10``, the engine in virtual time)
+and the profile's per-position acceptance. Each "launch" returns the truth with a 1% per-request spread."""
+
+from __future__ import annotations
+
+import pytest
+
+from specwatch.analysis import tune_plan
+from specwatch.results import BenchResult, ConfigResult, LevelResult, RunResult, Spread
+
+TRUTH = {  # profile -> load -> tok/s at steps 0..10
+    "seed": {1: [90.0, 88.9, 92.9, 82.9, 76.7, 71.8, 69.2, 65.5, 64.0, 62.0, 60.4],
+             16: [68.9, 60.0, 60.9, 54.6, 49.6, 46.9, 44.0, 42.0, 39.9, 38.7, 36.8]},
+    "mixed": {1: [125.0, 201.0, 242.7, 259.1, 265.2, 261.0, 250.1, 238.4, 227.5, 222.1, 212.2],
+              16: [73.8, 94.6, 99.7, 97.5, 92.5, 85.3, 77.9, 71.3, 65.3, 60.9, 56.3]},
+}
+POSITIONS = {"seed": (0.62, 0.4836, 0.0242, 0.0012, 0.0001, 0.0, 0.0, 0.0, 0.0, 0.0),
+             "mixed": (0.8075, 0.5984, 0.4093, 0.2566, 0.1463, 0.0764, 0.0363, 0.0172, 0.0082, 0.0039)}
+
+
+def level(tps: float, steps: int, positions: tuple[float, ...]) -> LevelResult:
+    al = 1.0 + sum(positions[:steps])
+    runs = tuple(RunResult("p", "chat", "ok", 200, "", 500, 64, 5.0, 5.0, 0.0, 0.05, 100, tps * f, al, None, 100,
+                           True) for f in (0.99, 1.0, 1.01, 0.995, 1.005))
+    res = BenchResult(5, 5, tps, tps, tps, tps, tps, {}, Spread(), al if steps else None, None, None,
+                      1000 if steps else 0, positions[:steps], {"ok": 5}, {}, 0, None)
+    return LevelResult(res, runs)
+
+
+def launch(profile: str, steps: int) -> ConfigResult:
+    by_c = {n: level(t[steps], steps, POSITIONS[profile]) for n, t in TRUTH[profile].items()}
+    low = by_c[1]
+    return ConfigResult("baseline" if steps == 0 else f"steps={steps}", {"steps": str(steps)}, 0.0, "ok",
+                        steps=steps, draft_tokens=steps + 1, results=low.results, runs=low.runs, by_concurrency=by_c)
+
+
+def tune(profile: str, start: int, loads: list[int], budget: int = 4) -> tuple[list[int], tune_plan.Next]:
+    results = [launch(profile, 0), launch(profile, start)]
+    launched = [start]
+    while True:
+        nxt = tune_plan.next_step(results, loads, range(0, 11), {})
+        if nxt.steps is None or len(launched) == budget:
+            return launched, nxt
+        assert nxt.steps not in launched
+        launched.append(nxt.steps)
+        results.append(launch(profile, nxt.steps))
+
+
+def best_measured(profile: str, launched: list[int], load: int) -> int:
+    truth = TRUTH[profile][load]
+    return max([0, *launched], key=lambda s: truth[s])
+
+
+@pytest.mark.parametrize("profile", ["seed", "mixed"])
+@pytest.mark.parametrize("load", [1, 16])
+@pytest.mark.parametrize("start", [1, 5, 10])
+def test_tune_finds_the_best_within_four_launches(profile, load, start):
+    launched, nxt = tune(profile, start, [load])
+    truth = TRUTH[profile][load]
+    regret = max(truth) / truth[best_measured(profile, launched, load)] - 1
+    assert regret <= 0.03, (launched, nxt.reason)
+    assert len(launched) <= 4
+
+
+def test_the_seed_story_ends_at_two_steps_within_three_launches():
+    launched, nxt = tune("seed", 5, [1])
+    assert best_measured("seed", launched, 1) == 2 and len(launched) <= 3
+    assert nxt.steps is None and "2 steps measured 92.9 tok/s" in nxt.reason and "nothing else predicted above" \
+        in nxt.reason
+
+
+def test_two_loads_are_tuned_together():
+    launched, _ = tune("mixed", 10, [1, 16])
+    for load in (1, 16):
+        truth = TRUTH["mixed"][load]
+        assert max(truth) / truth[best_measured("mixed", launched, load)] - 1 <= 0.03, launched
+
+
+def test_without_per_position_acceptance_it_says_each_step_count_must_be_measured():
+    blind = launch("seed", 5)
+    lvl = blind.by_concurrency[1]
+    res = lvl.results
+    import dataclasses
+    res = dataclasses.replace(res, position_acceptance=())
+    blind = dataclasses.replace(blind, results=res, by_concurrency={1: LevelResult(res, lvl.runs)})
+    nxt = tune_plan.next_step([launch("seed", 0), blind], [1], range(0, 11), {})
+    assert nxt.steps is None and "no per-position acceptance" in nxt.reason
+
+
+def test_a_given_plain_rate_stands_in_for_the_baseline():
+    nxt = tune_plan.next_step([launch("seed", 5)], [1], range(0, 11), {1: tune_plan.Plain(90.0, 0.005)})
+    assert nxt.steps is not None and nxt.outlooks[0].best_steps == 0  # plain (given) is the best so far
