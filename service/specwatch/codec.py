@@ -73,7 +73,8 @@ REQUEST_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("intended_ns", "sent_ns", "done_ns", "prompt_tokens", "output_tokens"), (int,)),
     "warmup": (bool,), "tokens_exact": (bool,), "http_status": (int, type(None)),
 }
-OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {"chunk_tokens_max": (int, type(None))}  # absent before 0.4.0
+OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {"chunk_tokens_max": (int, type(None)),  # absent before 0.4.0
+                                               "cached_tokens": (int, type(None))}  # absent before 0.6
 
 
 def _check(d: dict[str, Any], types: dict[str, tuple[type, ...]]) -> None:

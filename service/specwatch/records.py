@@ -81,6 +81,7 @@ class RequestRecord:
     probe_concurrency: int | None = None  # this load's probes in flight when it was sent, itself included
     chunk_tokens_max: int | None = None  # apportioned counts (not tokens_exact): each chunk held 1..this
     chunk_texts: tuple[str, ...] = ()  # with --tokenizer and apportioned counts: for an exact split, then cleared
+    cached_tokens: int | None = None  # prompt tokens served from the server's prefix cache (None: not reported)
 
     @property
     def ok(self) -> bool:

@@ -12,12 +12,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .records import LoopLag, RequestRecord
 
 SWEEP_VERSION = 2  # 1: 0.4.0 and before, no version field (same fields; read as they are)
 ConfigStatus = Literal["ok", "failed"]
+
+
+CheckName = Literal["achieved_rate", "repeat_spread", "prefix_cache", "server_queueing", "acceptance_identity",
+                    "output_length", "synthetic_prompts"]
+CHECKS: tuple[CheckName, ...] = get_args(CheckName)  # the closed set of ``specwatch_check_failed{check}``
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One honesty check on a result (``analysis.checks``). Three states, typed: passed (``ok``), failed (not
+    ``ok``), and not measured (``ok`` with ``measured`` false: the data to decide was missing; ``detail`` says
+    which, starting "not measured: ")."""
+
+    name: CheckName
+    ok: bool
+    detail: str
+    measured: bool = True
+
+    @property
+    def failed(self) -> bool:
+        return not self.ok
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +231,7 @@ class BenchDoc(ServeMetrics):
     results: BenchResult
     by_domain: dict[str, DomainResult]
     runs: tuple[RunResult, ...]
+    checks: tuple[Check, ...] = ()  # every CHECKS name once (``analysis.checks``); absent before 0.6: none
 
     def all_failed(self) -> str | None:
         """The reasons when every measured request failed, else None."""
@@ -229,6 +251,7 @@ class LevelResult:
     runs: tuple[RunResult, ...]
     server_load: float | None = None  # median running requests in its log lines or /metrics (None: no source)
     load_source: LoadSource = ""
+    checks: tuple[Check, ...] = ()  # the level's bench checks (``analysis.checks``)
 
     def per_request_decode(self) -> list[float]:
         return [r.decode_tokens_per_second for r in self.runs if r.ok and r.decode_tokens_per_second]
@@ -363,3 +386,4 @@ class SweepDoc:
     version: int = SWEEP_VERSION
     comparisons: tuple[VersusPlain, ...] = ()
     picks: tuple[LoadPick, ...] = ()
+    checks: tuple[Check, ...] = ()  # per check, over every configuration's levels (``analysis.checks.merged``)

@@ -18,6 +18,7 @@ from ..recorder.windows import Interval
 from ..records import OUTCOMES, LoopLag, RequestRecord, RunInfo
 from ..results import BenchDoc, BenchResult, ClientLag, DomainResult, RunResult, ServeMetrics, Spread
 from . import steady_window
+from .bench_checks import Asked, bench_checks
 from .serve_metrics import serve_metrics
 
 REPORTED = ("ttft", "itl", "inter_chunk", "e2e", "service", "schedule_lag")
@@ -29,7 +30,8 @@ class Analysis:
     interval: Interval  # the whole measured phase as one interval (--hlog)
 
 
-def analyse(info: RunInfo, records: Sequence[RequestRecord]) -> Analysis:
+def analyse(info: RunInfo, records: Sequence[RequestRecord], texts: Mapping[str, str] | None = None) -> Analysis:
+    """``texts``: prompt id to text where the prompts are at hand, for the random-token check."""
     measured = [r for r in records if not r.warmup]
     domains: dict[str, Stats] = {}
     for rec in measured:
@@ -48,6 +50,7 @@ def analyse(info: RunInfo, records: Sequence[RequestRecord]) -> Analysis:
                                    steady=steady),
                    by_domain=by_domain(domains),
                    runs=tuple(replace(RunResult.of(r), phase=split.phase_of(r)) for r in measured))
+    doc = replace(doc, checks=bench_checks(measured, Asked.of(info), texts=texts))
     return Analysis(doc, interval)
 
 

@@ -40,7 +40,8 @@ async def bench(spec: BenchSpec, tokenizer: Tokenizer | None = None, key_source:
     if spec.tokenizer:  # after the run: exact counts for streams that had only a final usage total
         tok = tokenizer or Tokenizer(spec.tokenizer)
         records = [refine(r, tok) for r in records]
-    a = analyse(info, records)
+    plist = prompt_sets.read(spec.prompts) if spec.prompts else prompt_sets.builtin()
+    a = analyse(info, records, {p.id: p.as_text() for p in plist})  # the texts: for the random-token check
     print(bench_report.text(a.doc, records))
     bench_report.write_outputs(a, info, records, spec.json, spec.records, spec.hlog)
     reasons = a.doc.all_failed()

@@ -14,6 +14,7 @@ from ..analysis.bench_results import Analysis
 from ..records import RequestRecord, RunInfo
 from ..results import LAG_SHARE, BenchDoc, ClientLag
 from . import steady_report
+from .check_lines import lines as check_lines
 from .format import fmt, ms
 from .hlog import HlogWriter
 
@@ -63,6 +64,7 @@ def text(doc: BenchDoc, records: Sequence[RequestRecord]) -> str:
         out.append(f"  Schedule lag:  p99 {ms(lat['schedule_lag'].p99, unit=' ms')}  (latency is measured from "
                    "the intended start)")
     out += failures(doc, records)
+    out += check_lines(doc.checks)
     if s.approximated_token_counts:
         out.append(f"  Approximated:  {s.approximated_token_counts} request(s) had no per-chunk usage and their "
                    "split could not be made exact: tokens per chunk were apportioned by text length; each chunk "

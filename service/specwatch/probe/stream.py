@@ -144,6 +144,7 @@ class Attempt:
     counted: bool = False  # saw a per-chunk token count
     final_tokens: int | None = None
     prompt_tokens: int = 0
+    cached_tokens: int | None = None  # SGLang's meta_info.cached_tokens, or usage.prompt_tokens_details's
     spec: SpecStats | None = None
     data_bytes: int = 0  # event payload bytes so far: no token count may exceed them
     keep_texts: bool = False  # ``--tokenizer``: keep chunk texts when counts are missing, for ``tokens.refine``
@@ -211,6 +212,8 @@ class Attempt:
             self.tokens = ct
         self.counted = True
         self.prompt_tokens = _int(meta.get("prompt_tokens")) or self.prompt_tokens
+        if (cached := _int(meta.get("cached_tokens"))) is not None and cached >= 0:
+            self.cached_tokens = cached
         fin = meta.get("finish_reason")
         if fin is not None:
             if isinstance(fin, dict) and fin.get("type") == "abort":
@@ -225,6 +228,10 @@ class Attempt:
         ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if isinstance(usage, dict):
             self.prompt_tokens = _int(usage.get("prompt_tokens")) or self.prompt_tokens
+            details = usage.get("prompt_tokens_details")  # vLLM / SGLang only when asked to report it
+            cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+            if cached is not None and cached >= 0:
+                self.cached_tokens = cached
         if ct is not None:
             ct = self._claim(ct)
         if isinstance(ct, int) and choices:
@@ -275,6 +282,7 @@ class Attempt:
             tokens_exact=exact, prompt_tokens=self.prompt_tokens, output_tokens=max(out, sum(self.chunk_tokens)),
             outcome=outcome, http_status=http_status, error=error, spec=self.spec,
             chunk_tokens_max=None if exact else self.chunk_tokens_max,
+            cached_tokens=self.cached_tokens,
             chunk_texts=tuple(self.chunk_texts) if not exact and len(self.chunk_texts) == len(self.chunk_tokens)
             else (),
         )
