@@ -25,7 +25,7 @@ from aiohttp import web
 from . import codec
 from . import config as config_mod
 from .analysis import baseline as baseline_mod
-from .analysis import engine_flags, live_advisor
+from .analysis import engine_flags, live_advisor, spec_profile
 from .analysis.by_load import LoadVerdict
 from .analysis.tick import TickInputs, TickResult, tick
 from .analysis.verdict import Judge
@@ -75,9 +75,19 @@ def make_source(cfg: config_mod.Config, ingest: LogIngest) -> tuple[LogSource | 
 
 
 def read_prior(path: str, max_steps: int) -> live_advisor.Prior:
-    """``--advisor-prior``: a sweep's results, fitted at start; a file that is not one fails here, with why."""
+    """``--advisor-prior``: a sweep's results, fitted at start, or a speculation profile's acceptance; a file
+    that is neither fails here, with why."""
     try:
-        doc = codec.load_as(SweepDoc, path)
+        profile = spec_profile.load(path)
+        if profile is not None:
+            if profile.validation is not None and not profile.validation.mean_consistency.passed:
+                log.warning("--advisor-prior %s: %s", path, profile.validation.mean_consistency.text())
+            return live_advisor.prior_of_profile(profile, f"speculation profile {os.path.basename(path)}")
+        try:
+            doc = codec.load_as(SweepDoc, path)
+        except RecordFileError as exc:
+            raise RecordFileError(f"{exc} (expected a sweep.json written by specwatch sweep, or a "
+                                  "speculation_profile.json, Model-Optimizer schema 1.x)") from None
         return live_advisor.prior_of(doc.configurations, f"sweep {os.path.basename(path)}", max_steps)
     except OSError as exc:
         raise ConfigError(f"--advisor-prior {path}: {exc.strerror}") from None

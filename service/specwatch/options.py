@@ -282,7 +282,9 @@ OPTIONS: dict[str, Option] = {
     "baseline_curve": Option(typed(str), "plain decoding's tok/s by load (a JSON file sweep --concurrency writes): "
                                          "the verdict compares at the server's current load"),
     "advisor_prior": Option(typed(str), "sweep.json of this server (specwatch sweep): the live advisor's cost shape "
-                                        "over step counts (without it the shape is a range)"),
+                                        "over step counts (without it the shape is a range); or a "
+                                        "speculation_profile.json (advise --speculation-profile, Model-Optimizer): "
+                                        "acceptance along the chain only"),
     "advisor_max_steps": Option(positive(int, 64), "the live advisor predicts step counts 0 to this",
                                 default=10, unit="steps"),
     "load_curve_window_s": Option(positive(int, 30 * 86_400), "how far back the speedup-by-load curve reaches, "

@@ -63,6 +63,7 @@ from .cost_model import Fit
 from .engine_flags import EngineAdvice, ServerSetup, static_advice
 from .engine_flags import advise as schedule_advice
 from .load_sweep import schedule_of
+from .spec_profile import SpeculationProfile
 
 Z_95 = 1.96
 DEFAULT_MAX_STEPS = 10
@@ -72,20 +73,30 @@ MIN_ROUNDS = 20  # verify rounds behind the probes' acceptance before it is used
 @dataclass(frozen=True, slots=True)
 class Prior:
     """A sweep's cycle-model fit: the shape of a round's cost in the step count, and of acceptance along the
-    chain; with ``sweep --concurrency``, the cost's shape at each load it measured too."""
+    chain; with ``sweep --concurrency``, the cost's shape at each load it measured too. A speculation profile
+    (``spec_profile``) is acceptance only: no ``fit``, its marginal vector in ``acceptance``, and the advisor
+    keeps the no-prior bounds on the cost shape."""
 
-    fit: Fit  # at the sweep's first level
+    fit: Fit | None  # at the sweep's first level; None: no cost shape (a speculation profile)
     measured_steps: int  # the longest chain the sweep measured acceptance for
     source: str
     by_load: tuple[tuple[int, Fit], ...] = ()  # (load bucket, the fit at that level): cost shape by load
+    acceptance: tuple[float, ...] = ()  # without a fit: the marginal acceptance along the chain (index 0 = 1)
 
-    def cost_fit(self, bucket: int | None = None) -> Fit:
+    @property
+    def positions(self) -> tuple[float, ...]:
+        """Acceptance along the chain: the fit's pooled positions, or the profile's marginal vector."""
+        return self.fit.positions if self.fit is not None else self.acceptance
+
+    def cost_fit(self, bucket: int | None = None) -> Fit | None:
         """The fit for a bucket's cost shape: the sweep's level in that bucket, else the first level's."""
         return next((f for b, f in self.by_load if b == bucket), self.fit)
 
     def overhead_s(self, steps: int, bucket: int | None = None) -> float:
         """Cost of a round with ``steps`` over a plain step, as the sweep measured it (at ``bucket``'s load)."""
         f = self.cost_fit(bucket)
+        if f is None:
+            raise ValueError("a prior without a fit has no cost shape")  # callers check ``fit`` first: a bug
         return f.cycle_s(steps) - f.cycle_s(0)
 
 
@@ -101,6 +112,20 @@ def prior_of(configs: Sequence[ConfigResult], source: str, max_steps: int) -> Pr
             by_load.append((bucket_of(n), cost_model.fit(advisor.from_results(at_n), max_steps)))
     return Prior(cost_model.fit(ms, max_steps), max((len(m.position_acceptance) for m in ms), default=0), source,
                  tuple(by_load))
+
+
+def prior_of_profile(p: SpeculationProfile, source: str) -> Prior:
+    """A speculation profile as a prior: its marginal acceptance along the chain, no cost shape.
+    ``AnalysisError`` when it cannot be one: unmeasured, empty, or ``measured_per_k`` (its k's acceptance
+    does not predict another's)."""
+    if not p.measured or not p.marginal_accept_rates:
+        raise AnalysisError(f"{source}: the profile holds no measured acceptance (measured: false or an empty "
+                            "marginal_accept_rates)")
+    if not p.chain:
+        raise AnalysisError(f"{source}: accept_length_model is measured_per_k (tree, topk > 1, lookup or block "
+                            "drafting): one step count's acceptance does not predict another's, so it cannot be a "
+                            "prior; measure each step count (specwatch sweep)")
+    return Prior(None, len(p.marginal_accept_rates), source, (), tuple(p.marginal_accept_rates))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +177,26 @@ class Advice:
     buckets: tuple[BucketAdvice, ...]
     current_bucket: int | None  # the bucket of the server's load now
     engine: tuple[EngineAdvice, ...] = ()  # the flags that run the advice (none: keep the configuration)
+    extrapolates: bool = True  # False: a tree, topk > 1 or lookup drafter; no unmeasured step count predicted
+    prior_has_cost: bool = False  # the prior gives the cost shape (a sweep), not acceptance alone (a profile)
+
+    def notes(self) -> str:
+        """What the advice rests on, for the page: the prior, and whether an unmeasured k may be predicted."""
+        if not self.extrapolates:
+            return NOT_EXTRAPOLATED
+        if self.prior is None:
+            return "no --advisor-prior: the cost shape over step counts is a range"
+        if self.prior_has_cost:
+            return f"cost shape from {self.prior}"
+        return f"acceptance along the chain from {self.prior}; no cost shape in it: the cost over step counts " \
+               "is a range"
+
+
+NOT_EXTRAPOLATED = ("this server drafts as a tree (topk > 1) or by lookup (SGLang NGRAM, vLLM ngram/suffix): "
+                    "predicting a step count it does not run is not valid (each k must be measured), so only plain "
+                    "decoding and the running step count are compared; measure others with `specwatch sweep`")
+
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +239,8 @@ class _Chain:
         cond = _conditional(self.live)
         self.last_cond = cond[-1] if cond else 0.0
         self.shaped: list[float] = []  # the prior-shaped conditional acceptance of positions k+1 … (known part)
-        if prior is not None and prior.fit.positions:
-            pc = _conditional(prior.fit.positions)
+        if prior is not None and prior.positions:
+            pc = _conditional(prior.positions)
             if self.k <= len(pc) and pc[self.k - 1] > 0:
                 scale = self.last_cond / pc[self.k - 1]
                 self.shaped = [min(1.0, c * scale) for c in pc[self.k:prior.measured_steps]]
@@ -230,16 +275,17 @@ def _ratio_bounds(steps: int, k: int) -> tuple[float, float]:
 
 class _Model:
     def __init__(self, chain: _Chain, prior: Prior | None, bucket: int) -> None:
-        self.chain, self.prior, self.bucket = chain, prior, bucket
-        self.g_k = prior.overhead_s(chain.k, bucket) if prior is not None else 1.0
-        self.ok_shape = prior is None or self.g_k > 0
+        self.chain, self.bucket = chain, bucket
+        self.cost = prior if prior is not None and prior.fit is not None else None  # a prior with a cost shape
+        self.g_k = self.cost.overhead_s(chain.k, bucket) if self.cost is not None else 1.0
+        self.ok_shape = self.cost is None or self.g_k > 0
 
     def ratio(self, steps: int, p: _Point) -> float:
         k = self.chain.k
         if steps == k:
             return 1.0
-        if self.prior is not None and self.g_k > 0:
-            return max(0.0, self.prior.overhead_s(steps, self.bucket) / self.g_k * (1.0 + p.shape_rel))
+        if self.cost is not None and self.g_k > 0:
+            return max(0.0, self.cost.overhead_s(steps, self.bucket) / self.g_k * (1.0 + p.shape_rel))
         lo, hi = _ratio_bounds(steps, k)
         return lo + p.shape_w * (hi - lo)
 
@@ -270,7 +316,9 @@ def _interval(q: Callable[[_Point], float], centre: _Point, stat: Sequence[tuple
 
 
 def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: float | None, acc: Acceptance | None,
-                  prior: Prior | None, max_steps: int, min_requests: int) -> BucketAdvice:
+                  prior: Prior | None, max_steps: int, min_requests: int, extrapolate: bool = True) -> BucketAdvice:
+    """``extrapolate`` False (``engine_flags.chain_draft``: a tree, topk > 1, or lookup drafting): predicting a
+    step count not measured is not valid, so only plain decoding and the running k are compared."""
     def no(status: str) -> BucketAdvice:
         return BucketAdvice(b.bucket, b.mean_load, b.requests, status)
 
@@ -297,13 +345,14 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
         stat.append(("plain_s", Z_95 * plain_rel_stderr * plain_s))
     if acc.rounds:
         stat.append(("accept_shift", Z_95))
-    if prior is not None:
-        stat.append(("shape_rel", 2.0 * prior.cost_fit(b.bucket).rms_rel_error))
-    steps_range = range(0, chain.max_steps + 1)
+    cost_fit = model.cost.cost_fit(b.bucket) if model.cost is not None else None
+    if cost_fit is not None:
+        stat.append(("shape_rel", 2.0 * cost_fit.rms_rel_error))
+    steps_range = range(0, chain.max_steps + 1) if extrapolate else sorted({0, chain.k})
 
     def ranges_for(*steps: int) -> list[tuple[str, float, float]]:
         out: list[tuple[str, float, float]] = []
-        if prior is None and any(s not in (0, chain.k) for s in steps):
+        if cost_fit is None and any(s not in (0, chain.k) for s in steps):
             out.append(("shape_w", 0.0, 1.0))
         if any(s > 0 and chain.tail_unknown(s) for s in steps):
             out.append(("tail_w", 0.0, 1.0))
@@ -314,11 +363,12 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
     preds = [StepPrediction(s, _interval(functools.partial(model.tps, s), centre, stat, ranges_for(s)),
                             1.0 + sum(at_centre[:s]), s in (0, k)) for s in steps_range]
     undecided: tuple[int, ...] = ()
-    if prior is None:  # only plain decoding and k are measured: k, unless plain decoding beats it outside the noise
+    if cost_fit is None or not extrapolate:  # only plain decoding and k are measured, and no cost shape: k,
+        # unless plain decoding beats it outside the noise
         k_vs_plain = _interval(lambda p: model.tps(k, p) / model.tps(0, p), centre, stat, [])
         best = 0 if k_vs_plain.upper < 1.0 else k  # a tie is no reason to restart the server
-        undecided = tuple(p.steps for p in preds if not p.measured
-                          and p.tokens_per_second.upper > preds[best].tokens_per_second.value)
+        top = next(p for p in preds if p.steps == best).tokens_per_second.value
+        undecided = tuple(p.steps for p in preds if not p.measured and p.tokens_per_second.upper > top)
     else:
         best = max(preds, key=lambda p: p.tokens_per_second.value).steps
     vs_run = _interval(lambda p: model.tps(best, p) / model.tps(k, p), centre, stat, ranges_for(best, k))
@@ -329,9 +379,10 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
 def advise(buckets: Sequence[LoadBucket], curve: BaselineCurve | None,
            ab_plain: tuple[float | None, float | None] | None,
            acc: Acceptance | None, prior: Prior | None, max_steps: int, min_requests: int,
-           current_bucket: int | None) -> Advice:
+           current_bucket: int | None, extrapolate: bool = True) -> Advice:
     """``ab_plain``: the A/B baseline server's (tok/s, relative stderr), valid for the one-stream bucket only
-    (it serves nothing but the probes); else the curve at each bucket's load."""
+    (it serves nothing but the probes); else the curve at each bucket's load. ``extrapolate``: as
+    ``advise_bucket``'s."""
     out = []
     for b in sorted(buckets, key=lambda b: b.bucket):
         if ab_plain is not None:
@@ -339,9 +390,9 @@ def advise(buckets: Sequence[LoadBucket], curve: BaselineCurve | None,
         else:
             at = curve.at(b.mean_load) if curve is not None else None
             plain, se = (at.tokens_per_second if at is not None else None), None
-        out.append(advise_bucket(b, plain, se, acc, prior, max_steps, min_requests))
+        out.append(advise_bucket(b, plain, se, acc, prior, max_steps, min_requests, extrapolate))
     return Advice(len(acc.positions) if acc else None, max_steps, prior.source if prior else None, acc, tuple(out),
-                  current_bucket)
+                  current_bucket, extrapolates=extrapolate, prior_has_cost=prior is not None and prior.fit is not None)
 
 
 def with_flags(a: Advice, setup: ServerSetup) -> Advice:

@@ -13,7 +13,7 @@ from ..recorder.stats import Stats
 from ..records import ProbeWindow, ServerWindow
 from .baseline import BaselineCurve, baseline_at
 from .by_load import LoadVerdict, by_load
-from .engine_flags import ServerSetup
+from .engine_flags import ServerSetup, chain_draft
 from .live_advisor import DEFAULT_MAX_STEPS, Advice, Prior, acceptance_of, advise, with_flags
 from .verdict import Judge, Verdict, verdict_inputs
 
@@ -70,5 +70,6 @@ def advice_of(t: TickInputs, vw: Mapping[str, ProbeWindow]) -> Advice:
     if t.ab:
         ab = (base.tokens_per_second, base.tokens_per_second_relative_stderr) if base and base.tokens_per_second \
             else (None, None)
+    setup = t.setup or ServerSetup("unknown")
     return with_flags(advise(t.buckets, t.curve, ab, acc, t.prior, t.advisor_max_steps, t.min_requests,
-                             bucket_of(t.load) if t.load is not None else None), t.setup or ServerSetup("unknown"))
+                             bucket_of(t.load) if t.load is not None else None, chain_draft(setup)), setup)

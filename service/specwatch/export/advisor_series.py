@@ -18,7 +18,7 @@ from .families import AdvisorFamily
 class AdvisorSeries:
     def __init__(self, family: AdvisorFamily) -> None:
         self.family = family
-        self._steps_shown: dict[str, int] = {}  # step counts exported, per load bucket label
+        self._steps_shown: dict[str, frozenset[int]] = {}  # step counts exported, per load bucket label
 
     def set(self, a: Advice) -> None:
         f = self.family
@@ -36,15 +36,16 @@ class AdvisorSeries:
             f.vs_plain.labels(lb).set(b.gain_vs_plain.value)
             for p in b.predictions:
                 f.tps.labels(str(p.steps), lb).set(p.tokens_per_second.value)
-            self._remove_steps(lb, len(b.predictions), self._steps_shown.get(lb, 0))
-            self._steps_shown[lb] = len(b.predictions)
+            now = frozenset(p.steps for p in b.predictions)  # not always 0..n: a tree drafter's are plain and k only
+            self._remove_steps(lb, self._steps_shown.get(lb, frozenset()) - now)
+            self._steps_shown[lb] = now
         for lb in [x for x in self._steps_shown if x not in shown]:
             for gauge in f.all:
                 with contextlib.suppress(KeyError):
                     gauge.remove(lb)
-            self._remove_steps(lb, 0, self._steps_shown.pop(lb))
+            self._remove_steps(lb, self._steps_shown.pop(lb))
 
-    def _remove_steps(self, lb: str, start: int, stop: int) -> None:
-        for s in range(start, stop):
+    def _remove_steps(self, lb: str, steps: frozenset[int]) -> None:
+        for s in steps:
             with contextlib.suppress(KeyError):
                 self.family.tps.remove(str(s), lb)

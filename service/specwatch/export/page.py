@@ -106,8 +106,7 @@ def render(s: Snapshot, history: History, refresh_s: float) -> str:
                f"{fmt(v.breakeven_accept_length)}) · requests in window {spec.ok if spec else 0}")
     advice = s.advisor
     rows = "".join(f"<li>{escape(describe(b, advice.running_steps))}</li>" for b in advice.buckets) if advice else ""
-    prior = f"cost shape from {advice.prior}" if advice and advice.prior else \
-        "no --advisor-prior: the cost shape over step counts is a range"
+    prior = advice.notes() if advice else "no --advisor-prior: the cost shape over step counts is a range"
     advisor = (f'<h3>Advisor: which step count would win</h3><ul id="advisor">{rows or "<li>no load bucket yet</li>"}'
                f'</ul><div class="sub">{escape(prior)}</div>')
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
