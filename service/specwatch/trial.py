@@ -216,7 +216,7 @@ def measure_levels(sw: SweepSpec, spec: BenchSpec, log_path: Path | None
         if reasons:
             raise LaunchError(f"every request failed at concurrency {c}: {reasons}")
         first = first or info
-        by_c[c] = LevelResult(analysed.doc.results, analysed.doc.runs, load, source)
+        by_c[c] = LevelResult(analysed.doc.results, analysed.doc.runs, load, source, analysed.doc.checks)
         if len(sw.levels) > 1:
             print(f"  server load at {c} streams: " + (f"{load:g} running requests (median, from its {source})"
                                                         if load is not None else "not reported (no --log-file, "

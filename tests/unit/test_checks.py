@@ -10,8 +10,10 @@ import pytest
 from specwatch import codec
 from specwatch.analysis import checks
 from specwatch.analysis.bench_checks import Asked, bench_checks, identity_figures, rates
-from specwatch.records import Outcome, RequestRecord, SpecStats
-from specwatch.results import CHECKS, Check
+from specwatch.analysis.bench_results import analyse
+from specwatch.export.check_lines import lines
+from specwatch.records import Outcome, RequestRecord, RunInfo, SpecStats
+from specwatch.results import CHECKS, Check, ConfigResult, LevelResult
 
 MS = 1_000_000
 
@@ -115,6 +117,7 @@ def test_unreliable_names_the_failed_checks_the_verdict_uses():
 def rec(i: int, *, intended_ms: float, done_ms: float, sent_ms: float | None = None, ttft_ms: float = 50.0,
         tokens: int = 64, tpot_ms: float = 10.0, cached: int | None = 0, prompt: str = "p", ok: bool = True,
         hist: tuple[int, ...] = (), verify: int = 0) -> RequestRecord:
+    """Request ``i``; ``prompt`` "p" gives it its own prompt (p0, p1, ...), any other is its prompt id."""
     sent = (intended_ms if sent_ms is None else sent_ms) * MS
     first = int(sent + ttft_ms * MS)
     chunk_ns = [first + int(k * tpot_ms * MS) for k in range(tokens)]
@@ -139,7 +142,7 @@ def by_name(cs: tuple[Check, ...]) -> dict[str, Check]:
 
 
 def test_a_clean_open_loop_run_passes_every_check():
-    got = by_name(bench_checks(clean(), OPEN, texts={f"p{i}": PROSE for i in range(12)}))
+    got = by_name(bench_checks(again(), OPEN, texts={f"q{i}": PROSE for i in range(6)}))
     assert [c.name for c in got.values() if c.failed] == []
     assert all(c.measured for n, c in got.items() if n != "acceptance_identity")
 
@@ -159,9 +162,23 @@ def test_a_closed_loop_has_no_offered_rate():
     assert c.ok and not c.measured and c.detail.startswith("not measured: a closed loop")
 
 
-def test_repeats_far_apart_trip_repeat_spread():
-    recs = [rec(i, intended_ms=i * 100, done_ms=i * 100 + 700, tpot_ms=10.0 if i % 2 else 12.0) for i in range(12)]
-    assert not by_name(bench_checks(recs, OPEN))["repeat_spread"].ok
+def again(n: int = 12, slower_second: float = 1.0) -> list[RequestRecord]:
+    """Six prompts sent twice each, in order; the second sendings' TPOT times ``slower_second``."""
+    return [rec(i, intended_ms=i * 100, done_ms=i * 100 + 700, prompt=f"q{i % 6}",
+                tpot_ms=10.0 * (slower_second if i >= 6 else 1.0)) for i in range(n)]
+
+
+@pytest.mark.parametrize(("slower", "ok"), [(1.0, True), (1.04, True), (1.1, False), (0.9, False)])
+def test_repeats_of_the_same_prompts_far_apart_trip_repeat_spread(slower, ok):
+    c = by_name(bench_checks(again(slower_second=slower), OPEN))["repeat_spread"]
+    assert (c.ok, c.measured) == (ok, True)
+
+
+def test_without_a_prompt_sent_twice_repeat_spread_is_not_measured():
+    # wildly different rates, but over different prompts: content, not reproducibility
+    recs = [rec(i, intended_ms=i * 100, done_ms=i * 100 + 700, tpot_ms=10.0 if i % 2 else 15.0) for i in range(12)]
+    c = by_name(bench_checks(recs, OPEN))["repeat_spread"]
+    assert c.ok and not c.measured
 
 
 def test_cached_prompts_trip_prefix_cache_and_no_report_is_not_measured():
@@ -203,3 +220,25 @@ def test_identity_restores_a_cut_last_round_and_trips_on_undercounted_positions(
     under = [rec(i, intended_ms=i * 100, done_ms=i * 100 + 700, tokens=51, hist=(8, 4, 3, 2), verify=17)
              for i in range(12)]
     assert not by_name(bench_checks(under, OPEN))["acceptance_identity"].ok
+
+
+def test_a_sweep_merges_its_levels_checks_and_names_the_level_that_failed():
+    result = analyse(RunInfo("http://127.0.0.1:1", "sglang", "m"), clean()).doc.results
+
+    def level(outputs: list[int]) -> LevelResult:
+        return LevelResult(result, (), checks=(checks.output_length(True, 4, outputs),))
+
+    cfg = ConfigResult("steps=3", {}, 0.0, status="ok", results=result,
+                       by_concurrency={1: level([4, 4]), 4: level([4, 1])})
+    got = {c.name: c for c in checks.of_sweep([cfg])}
+    assert got["output_length"].detail == "steps=3 at 4 stream(s): 1 of 2 request(s) ended short of max_tokens=4 " \
+                                          "(the shortest at 1)"
+
+
+def test_the_terminal_prints_a_line_per_failed_check_and_names_the_unmeasured():
+    cs = bench_checks(again(), dataclasses.replace(OPEN, open_loop=False))
+    bad = (Check("prefix_cache", False, "900 of 1000 prompt tokens"), *cs[3:])
+    assert lines((cs[0], cs[1], *bad)) == [
+        "  CHECK FAILED:  prefix_cache: 900 of 1000 prompt tokens",
+        "  Checks:        4 passed, 1 failed, not measured: achieved_rate, acceptance_identity (details in --json)"]
+    assert lines(()) == []

@@ -38,7 +38,7 @@ def bench_checks(records: Sequence[RequestRecord], asked: Asked, queued: Sequenc
     rand = None if texts is None else sum(checks.random_like(texts[p]) for p in used if p in texts)
     ttft_rise, tpot_rise = rises(ok)
     return (checks.achieved_rate(*rates(records) if asked.open_loop else (None, None)),
-            checks.repeat_spread(alternate_rates(ok)),
+            checks.repeat_spread(repeat_rates(ok)),
             prefix_cache(records),
             checks.server_queueing(queued, ttft_rise, tpot_rise),
             checks.acceptance_identity(*identity_figures(ok), "the requests' token counts vs the server's "
@@ -82,15 +82,21 @@ def rates(records: Sequence[RequestRecord]) -> tuple[float | None, float | None]
     return offered, achieved
 
 
-def alternate_rates(ok: Sequence[RequestRecord]) -> list[float | None]:
-    """The ok requests dealt alternately, in send order, into two repeats: each one's token-weighted decode
-    tok/s (None: fewer than two requests with a decode span)."""
-    ordered = sorted(ok, key=lambda r: r.sent_ns)
+def repeat_rates(ok: Sequence[RequestRecord]) -> list[float | None]:
+    """The run's two repeats of the same work: each prompt sent at least twice, its first sending in repeat 1 and
+    its second in repeat 2 (send order); each repeat's token-weighted decode tok/s. Empty when fewer than two
+    prompts were sent twice (no repeats to compare); None for a repeat without a decode span."""
+    seen: dict[str, list[RequestRecord]] = {}
+    for r in sorted(ok, key=lambda r: r.sent_ns):
+        seen.setdefault(r.prompt_id, []).append(r)
+    twice = [rs for rs in seen.values() if len(rs) >= 2]
+    if len(twice) < 2:
+        return []
     out: list[float | None] = []
-    for half in (ordered[0::2], ordered[1::2]):
-        timed = [r for r in half if r.decode_ns > 0]
+    for i in (0, 1):
+        timed = [rs[i] for rs in twice if rs[i].decode_ns > 0]
         ns = sum(r.decode_ns for r in timed)
-        out.append(sum(r.decode_tokens for r in timed) * 1e9 / ns if len(timed) >= 2 and ns > 0 else None)
+        out.append(sum(r.decode_tokens for r in timed) * 1e9 / ns if ns > 0 else None)
     return out
 
 

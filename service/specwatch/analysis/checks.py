@@ -9,9 +9,11 @@ The rules, one per check (thresholds are module constants):
   own spread is not a shortfall). Achieved: (completed - 1) / (last end - median e2e - first intended start):
   a server that keeps up finishes the last request one typical e2e after its start, so the two spans match; one
   that cannot keep up finishes late by the backlog. Fails below ``RATE_SHARE`` (95%) of offered.
-- ``repeat_spread``: a run's measured requests dealt alternately (in send order) into two repeats; each
-  repeat's token-weighted decode tok/s; fails when they are more than ``SPREAD`` (5%) of their mean apart: the
-  run's figure is not known to 5%. Needs two ok requests per repeat.
+- ``repeat_spread``: repeats of the same work, more than ``SPREAD`` (5%) of their mean apart. In a bench run
+  (and each sweep level) the repeats are the prompts it sent twice or more: their first sendings are one
+  repeat, their second sendings the other, each scored by its token-weighted decode tok/s. Without two prompts
+  sent twice it is not measured: requests over different prompts differ by their content (acceptance follows
+  the text), which says nothing of whether the run reproduces.
 - ``prefix_cache``: the prompt tokens the server says it served from its prefix cache (SGLang's
   ``meta_info.cached_tokens``; ``usage.prompt_tokens_details.cached_tokens`` where the server reports it: vLLM
   with ``--enable-prompt-tokens-details``, SGLang with ``--enable-cache-report``). Fails when more than
@@ -36,7 +38,7 @@ import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..results import CHECKS, Check, CheckName
+from ..results import CHECKS, Check, CheckName, ConfigResult
 
 RATE_SHARE = 0.95
 SPREAD = 0.05
@@ -70,10 +72,10 @@ def achieved_rate(offered_per_s: float | None, achieved_per_s: float | None) -> 
                  f"offered ({100 * share:.0f}%; the floor is {100 * RATE_SHARE:.0f}%)")
 
 
-def repeat_spread(repeats: Sequence[float | None], what: str = "halves of the run") -> Check:
+def repeat_spread(repeats: Sequence[float | None], what: str = "repeats (prompts sent twice)") -> Check:
     vals = [v for v in repeats if v is not None]
     if len(vals) < 2 or len(vals) < len(repeats):
-        return unmeasured("repeat_spread", f"fewer than two requests with a decode rate in each of the {what}")
+        return unmeasured("repeat_spread", f"fewer than two {what} with a decode rate")
     mean = statistics.fmean(vals)
     spread = (max(vals) - min(vals)) / mean if mean > 0 else 0.0
     shown = ", ".join(f"{v:.1f}" for v in vals)
@@ -183,3 +185,9 @@ def merged(named: Mapping[str, Sequence[Check]]) -> tuple[Check, ...]:
         else:
             out.append(unmeasured(name, mine[0][1].detail.removeprefix("not measured: ") if mine else "no result"))
     return tuple(out)
+
+
+def of_sweep(configs: Sequence[ConfigResult]) -> tuple[Check, ...]:
+    """A sweep's checks: every finished configuration's levels, merged (a failed one names its level)."""
+    return merged({f"{r.label} at {c} stream(s)": lvl.checks for r in configs if r.ok
+                   for c, lvl in sorted(r.by_concurrency.items())})

@@ -33,8 +33,10 @@ from typing import Any
 from .. import codec, options
 from ..analysis import advisor, comparisons, cost_model, engine_flags, load_sweep
 from ..analysis import baseline as baseline_mod
+from ..analysis import checks as honesty
 from ..errors import AuthError, ConfigError, RecordFileError
 from ..export import sweep_plots, sweep_report, sweep_tables
+from ..export.check_lines import lines as check_lines
 from ..results import ConfigResult, SweepDoc, levels
 from ..trial import Step, SweepSpec, check_templates, configs, fields, label, parse_params, run_one, safe, save
 
@@ -176,8 +178,10 @@ def write_report(results: list[ConfigResult], out: Path) -> str | None:
     if load_text:
         advice = advice + "\n\n" + load_text if advice else load_text
     cmp, picks = comparisons.records(results)
+    checks = honesty.of_sweep(results)
     save(out / "sweep.json", SweepDoc(tuple(results), band.winner if band else None, base_tps, comparisons=cmp,
-                                      picks=picks))
+                                      picks=picks, checks=checks))
+    print("\n".join(["", "Checks over every level:", *check_lines(checks, where="sweep.json")]))
     sweep_tables.write_csv(out / "sweep.csv", results)
     print(sweep_plots.plot(out / "sweep.png", results, base_tps))
     print(sweep_plots.plot_pareto(out / "sweep-pareto.png", results))

@@ -1,0 +1,77 @@
+"""Honesty checks against `specwatch sim` (real processes): an open loop far above what the simulator can take
+trips `achieved_rate` (and `server_queueing`: requests wait in its queue) in the terminal and the JSON; one
+prompt for every request trips `synthetic_prompts`; a clean closed loop trips none; a sweep's levels carry
+theirs and sweep.json merges them."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import specwatch_cmd
+
+pytestmark = pytest.mark.integration
+SPEC = ("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1")
+
+
+def bench(url, tmp, *flags):
+    out = tmp / "bench.json"
+    p = subprocess.run(specwatch_cmd("bench", "--server-url", url, "--json", str(out), "--warmup", "0", *flags),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return {c["name"]: c for c in json.loads(out.read_text())["checks"]}, p.stdout
+
+
+def test_an_open_loop_far_above_the_servers_pace_fails_achieved_rate(procs, tmp_path):
+    # two requests at a time, each ~0.3 s: about 7 a second; 200 a second are offered
+    sim = procs.sim(*SPEC, "--max-running-requests", "2")
+    checks, out = bench(sim.url, tmp_path, "--rate-per-s", "200", "--num-runs", "30", "--max-tokens", "24")
+    rate = checks["achieved_rate"]
+    assert rate["ok"] is False and rate["measured"] is True
+    achieved, offered = (float(w) for w in rate["detail"].split()[1:5:3])
+    assert offered > 100 and achieved < 0.25 * offered
+    assert f"  CHECK FAILED:  achieved_rate: {rate['detail']}\n" in out
+    assert checks["server_queueing"]["ok"] is False  # TTFT grew through the run, TPOT did not
+
+
+def test_a_clean_closed_loop_fails_no_check(procs, tmp_path):
+    sim = procs.sim(*SPEC)
+    checks, out = bench(sim.url, tmp_path, "--concurrency", "1", "--num-runs", "8", "--max-tokens", "64",
+                        "--ignore-eos")
+    assert [n for n, c in checks.items() if not c["ok"]] == [], out
+    assert "CHECK FAILED" not in out
+    assert checks["achieved_rate"]["measured"] is False  # a closed loop offers no rate
+    assert checks["acceptance_identity"]["measured"] is True  # the simulator gives per-request histograms
+    assert checks["output_length"]["detail"] == "0 of 8 request(s) ended short of max_tokens=64"
+    assert checks["prefix_cache"]["detail"].startswith("0 of ")  # SGLang's meta_info.cached_tokens: 0
+
+
+def test_one_prompt_for_every_request_fails_synthetic_prompts(procs, tmp_path):
+    sim = procs.sim(*SPEC)
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text('{"id": "only", "text": "Tell me about the sea."}\n')
+    checks, out = bench(sim.url, tmp_path, "--num-runs", "4", "--max-tokens", "8", "--prompts", str(prompts))
+    assert checks["synthetic_prompts"]["ok"] is False
+    assert "CHECK FAILED:  synthetic_prompts: one prompt for all 4 requests" in out
+
+
+def test_a_sweep_level_carries_its_checks_and_sweep_json_merges_them(procs, tmp_path):
+    sim = procs.sim(*SPEC)
+    out = tmp_path / "out"
+    p = subprocess.run(specwatch_cmd("sweep", "--out", str(out), "--targets", sim.url, "--max-tokens", "24",
+                                     "--num-runs", "4", "--warmup", "0", "--concurrency", "1,2"),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    doc = json.loads((out / "sweep.json").read_text())
+    levels = doc["configurations"][0]["by_concurrency"]
+    names = ["achieved_rate", "repeat_spread", "prefix_cache", "server_queueing", "acceptance_identity",
+             "output_length", "synthetic_prompts"]
+    assert {c: [k["name"] for k in lvl["checks"]] for c, lvl in levels.items()} == {"1": names, "2": names}
+    merged = {c["name"]: c for c in doc["checks"]}
+    assert list(merged) == names
+    for name, c in merged.items():  # failed exactly where some level failed, naming it
+        failed = [lvl for lvl in levels.values() for k in lvl["checks"] if k["name"] == name and not k["ok"]]
+        assert c["ok"] is not bool(failed)
+        assert not failed or " stream(s): " in c["detail"]
+    assert "Checks over every level:" in p.stdout
