@@ -104,6 +104,9 @@ def test_the_daemons_page_shows_the_verdict_and_its_charts(procs: Procs, tmp_pat
         assert all(nice(s) for s in tick_steps(dom, caption).values())
         assert "time since start (s)" in chart(dom, caption)  # a run under two minutes: seconds
     assert points(dom, "Per-position draft acceptance") >= steps  # one bar per draft position
+    # one probe stream: one load bucket, the server's point; an A/B baseline has no curve to draw beside it
+    load_chart = chart(dom, "Per-stream vs aggregate tok/s by load bucket, against plain decoding")
+    assert load_chart.count('class="pt"') >= 1 and 'class="tag"' in load_chart
     assert "updated" in dom and "ttft" in dom and not console_errors(log)
     assert http_get(d.url + "/")[0] == 200
 

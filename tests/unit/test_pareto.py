@@ -8,7 +8,9 @@ import re
 import matplotlib.pyplot as plt
 import pytest
 
+from specwatch.analysis.by_load import LoadSpeedup, LoadVerdict
 from specwatch.export import sweep_plots, sweep_report
+from specwatch.export.page import LOAD_PARETO, load_pareto_chart
 from specwatch.export.pareto import ParetoPoint, frontier, pareto
 from specwatch.results import BenchResult, ConfigResult, LevelResult, RunResult, Spread
 
@@ -106,3 +108,20 @@ def test_the_reports_pareto_chart_draws_every_point_the_schedule_and_rings_the_f
     assert "k=5 at 1 stream (200.0 per user, 190.0 aggregate)" in note.group(1)
     assert svg.index('stroke-width="9"') < svg.index('class="pt"')  # the schedule's wide line beneath the points
     assert sweep_plots.PARETO_TITLE in sweep_report.html(RESULTS, None, 98.0)  # report.html draws it
+
+
+def test_the_pages_chart_puts_each_load_buckets_point_beside_plain_decodings_at_that_load():
+    rows = (LoadSpeedup(1, 8, 1.0, 150.0, 100.0, "measured", 1.5, 0.02),
+            LoadSpeedup(4, 8, 3.6, 100.0, 80.0, "interpolated", 1.25, 0.02),
+            LoadSpeedup(16, 3, 15.0, 30.0, None, "outside", None, None))  # past the curve: no baseline there
+    svg = load_pareto_chart(LoadVerdict(rows, None, None))
+    assert LOAD_PARETO in svg and svg.count('class="pt"') == 5  # 3 buckets and 2 baseline points
+    assert svg.count("<polyline") == 2 and re.findall(r'class="tag"[^>]*>([^<]*)<', svg) == ["1", "3.6", "15"]
+    assert "plain decoding at the same loads (baseline curve)" in svg and "stroke-dasharray" in svg
+    assert ticks(svg, "y") == ["0", "100", "200", "300", "400", "500"]  # 150 .. 450 = 15 x 30 and 3.6 x 100
+    assert "no data yet" in load_pareto_chart(None)
+    assert "no baseline curve at these loads" in load_pareto_chart(LoadVerdict(rows[2:], None, None))
+
+
+def ticks(svg: str, axis: str) -> list[str]:
+    return re.findall(rf'class="{axis}tick">([^<]*)<', svg)

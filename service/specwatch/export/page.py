@@ -8,6 +8,7 @@ import collections
 from dataclasses import dataclass
 from html import escape
 
+from ..analysis.by_load import LoadVerdict
 from ..analysis.live_advisor import describe
 from ..records import LATENCY_METRICS
 from .format import fmt, ms
@@ -50,9 +51,29 @@ h1{font-size:20px;margin:0 0 4px} .sub{color:#666;margin-bottom:16px}
 .grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:16px}
 figure.chart{margin:0} figcaption{font-weight:600;margin-bottom:4px} .legend{font-size:12px}
 svg text{font-size:11px;fill:#444} svg .label{font-size:12px} svg .grid{stroke:#e4e4e4} .note{color:#666}
+svg .tag{font-size:10px;fill:#555} .legend span{white-space:nowrap}
 table{border-collapse:collapse} td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
 th:first-child,td:first-child{text-align:left} .down{color:#b00;font-weight:600} .empty{color:#888}
 """
+
+
+LOAD_PARETO = "Per-stream vs aggregate tok/s by load bucket, against plain decoding"
+LOAD_PARETO_Y = "≈ aggregate tok/s"  # load × per-stream: said in the legend, the axis is 200 px high
+
+
+def load_pareto_chart(v: LoadVerdict | None) -> str:
+    """The sweep's Pareto view, live: each load bucket's per-stream decode tok/s against load × per-stream
+    (≈ aggregate tok/s), beside plain decoding's at the same loads (the baseline curve; none with an A/B
+    baseline); each point tagged with its mean running requests."""
+    rows = v.buckets if v is not None else ()
+    spec = [(b.tokens_per_second, b.mean_load * b.tokens_per_second) for b in rows]
+    base = [(t, b.mean_load * t) for b in rows if (t := b.baseline_tps)]
+    plain = "plain decoding at the same loads (baseline curve)" if base else \
+        "plain decoding: no baseline curve at these loads (--baseline-curve)"
+    return line_chart(LOAD_PARETO, [
+        Series("speculative (numbers: running requests; y = load × per-stream)", spec,
+               tags=[f"{b.mean_load:.3g}" for b in rows]),
+        Series(plain, base, dashed=True, marks="dot")], "per-stream decode tok/s", LOAD_PARETO_Y)
 
 
 def _latency_table(s: Snapshot) -> str:
@@ -104,6 +125,7 @@ def render(s: Snapshot, history: History, refresh_s: float) -> str:
     numbers = (f"speedup {fmt(v.speedup, '.2f', 'x')} · tok/s {fmt(spec.tokens_per_second if spec else None, '.1f')}"
                f" vs baseline {fmt(v.baseline_tps, '.1f')} · accept length {fmt(v.accept_length)} (break-even "
                f"{fmt(v.breakeven_accept_length)}) · requests in window {spec.ok if spec else 0}")
+    tps += load_pareto_chart(s.by_load)  # beside it: the same rates by load
     advice = s.advisor
     rows = "".join(f"<li>{escape(describe(b, advice.running_steps))}</li>" for b in advice.buckets) if advice else ""
     prior = advice.notes() if advice else "no --advisor-prior: the cost shape over step counts is a range"
