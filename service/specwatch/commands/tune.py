@@ -197,6 +197,11 @@ def loop(run: Run, plain: dict[int, tune_plan.Plain]) -> str:
             return "the baseline failed: nothing to compare with"
     run.measure(t.start, "the start: the configuration running today")
     space = [s for s in t.space if s not in run.failed]
+    while not any(r.steps for r in run.results) and (rest := [s for s in space if s > 0 and s != t.start]):
+        if run.speculative >= t.max_launches:
+            return f"--max-launches {t.max_launches} spent and no speculative configuration measured"
+        run.measure(rest[(len(rest) - 1) // 2], "the start failed: the middle of the rest instead")
+        space = [s for s in space if s not in run.failed]
     while True:
         nxt = tune_plan.next_step(run.results, t.sweep.levels, space, plain)
         if nxt.steps is None:

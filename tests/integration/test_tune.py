@@ -1,0 +1,90 @@
+"""``specwatch tune`` on the simulator: the seed's night of restarts (5 draft steps running, plain decoding 90
+tok/s, 2 steps 94) as a few launches, checked against the simulator's own oracle; a rerun resumes without
+launching; a server that never answers is reported and the run goes on without it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import free_port, specwatch_cmd
+from specwatch.sim import model, oracle
+from specwatch.sim.engine import EngineSettings
+from specwatch.sim.pattern import Pattern
+
+pytestmark = pytest.mark.integration
+MAX_TOKENS = 128
+
+
+def truth(steps: range) -> dict[int, float]:
+    """Per-stream decode tok/s of each step count at one stream, the seed profile, what tune's bench sends:
+    the simulator's engine in virtual time (``/explain``)."""
+    prof = model.PROFILES["seed"]
+    pattern = Pattern(streams=1, output_tokens=MAX_TOKENS, requests=40, warmup=1)
+    out = {}
+    for s in steps:
+        spec = model.SpecConfig.from_flags("EAGLE3", s, 1, None) if s else model.SpecConfig()
+        out[s] = oracle.figures(EngineSettings(prof, spec), pattern).decode_tokens_per_second
+    return out
+
+
+def tune(out, port: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    sim = f"{sys.executable} -m specwatch sim --profile seed --cost-scale 0.2 --seed 1 --quiet --port {port}"
+    return subprocess.run(specwatch_cmd(
+        "tune", "--out", str(out), "--launch", sim + " --speculative-algorithm EAGLE3 --speculative-num-steps "
+        "{steps} --speculative-eagle-topk 1", "--param", "steps=1..10", "--start", "steps=5", "--baseline-launch",
+        sim, "--server-url", f"http://127.0.0.1:{port}", "--max-tokens", str(MAX_TOKENS), "--num-runs", "60",
+        "--warmup", "1", *extra), capture_output=True, text=True, timeout=900)
+
+
+def test_the_seed_story_ends_at_two_steps_in_three_launches_and_resumes(tmp_path):
+    out, port = tmp_path / "out", free_port()
+    p = tune(out, port)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    doc = json.loads((out / "tune.json").read_text())
+    true = truth(range(0, 11))
+    best = doc["best"]["1"]
+    assert doc["speculative_launches"] <= 3, doc["launches"]
+    assert max(true.values()) / true[best["steps"]] - 1 <= 0.02, (best, true)
+    assert best["steps"] == 2 and best["gain_vs_start"] > 1.2 and best["gain_vs_plain"] > 1.0, best
+    first = doc["launches"][:2]
+    assert [la["steps"] for la in first] == [0, 5] and all(la["predicted_tok_s"] == {} for la in first)
+    for la in doc["launches"][2:]:  # each later launch was chosen by a prediction, printed with its measurement
+        lo, hi = la["predicted_interval"]["1"]
+        assert lo <= la["predicted_tok_s"]["1"] <= hi and la["why"].startswith("predicted ")
+        assert f"measured {la['measured_tok_s']['1']:.1f}" in p.stdout
+    assert "nothing else predicted above" in doc["stop_reason"] and doc["stop_reason"] in p.stdout
+    assert "--speculative-num-steps 2 --speculative-num-draft-tokens 3" in "\n".join(doc["flags"])
+    assert doc["exhaustive_launches"] == 11 and "an exhaustive sweep of the same range: 11 launches" in p.stdout
+    # the same --out again: nothing is launched, the same answer
+    again = tune(out, port)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "launching:" not in again.stdout and again.stdout.count("(measured earlier, resumed)") == \
+        len(doc["launches"])
+    assert json.loads((out / "tune.json").read_text())["best"]["1"]["steps"] == 2
+
+
+def test_a_start_that_never_answers_is_reported_and_the_run_goes_on(procs, tmp_path):
+    urls = {}
+    for s in (0, 2, 5):
+        flags = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(s),
+                 "--speculative-eagle-topk", "1") if s else ()
+        urls[s] = procs.sim("--profile", "seed", "--cost-scale", "0.2", "--seed", "1", "--quiet", *flags,
+                            name=f"sim-{s}").url
+    urls[1] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    out = tmp_path / "out"
+    p = subprocess.run(specwatch_cmd(
+        "tune", "--out", str(out), "--targets", ",".join(urls[s] for s in (0, 1, 2, 5)), "--param", "steps=0,1,2,5",
+        "--start", "steps=1", "--max-tokens", str(MAX_TOKENS), "--num-runs", "20", "--ready-timeout-s", "2"),
+        capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    doc = json.loads((out / "tune.json").read_text())
+    failed = [la for la in doc["launches"] if la["status"] == "failed"]
+    assert [la["steps"] for la in failed] == [1] and failed[0]["error"], doc["launches"]
+    assert "1 step FAILED" in p.stdout and "the run goes on without it" in p.stdout
+    measured = [la["steps"] for la in doc["launches"] if la["status"] == "ok"]
+    assert measured[:2] == [0, 2], measured  # the start failed: the middle of the rest measured instead
+    assert doc["best"]["1"]["steps"] in measured and doc["stop_reason"]
