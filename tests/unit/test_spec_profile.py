@@ -114,9 +114,11 @@ def test_load_tells_a_profile_from_a_sweep(tmp_path):
     bad.write_text("{")
     loaded = sp.load(str(prof))
     assert loaded is not None and loaded.num_speculative_tokens == 3
-    assert sp.load(str(sweep)) is None
-    with pytest.raises(RecordFileError, match=r"b\.json: not JSON"):
-        sp.load(str(bad))
+    assert sp.load(str(sweep)) is None and sp.load(str(bad)) is None  # the sweep reader says what they are not
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(modelopt_file() | {"marginal_accept_rates": "x"}))
+    with pytest.raises(RecordFileError, match=r"broken\.json: speculation profile: marginal_accept_rates: expected"):
+        sp.load(str(broken))
 
 
 def bench(verify_rounds: int, positions: tuple[float, ...], accept: float | None, decode: float) -> BenchResult:

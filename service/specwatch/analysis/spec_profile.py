@@ -229,15 +229,17 @@ def dumps(p: SpeculationProfile) -> bytes:
 
 
 def load(path: str) -> SpeculationProfile | None:
-    """The profile at ``path``; None when the file is JSON but not meant as one (a sweep.json, say).
-    ``RecordFileError`` (naming the file) when it is not JSON or a profile that does not decode."""
+    """The profile at ``path``; None when the file is not meant as one (a sweep.json, or not JSON at all: the
+    caller's other reader says what it is not). ``RecordFileError`` (naming the file) for a profile that does
+    not decode."""
     with open(path, "rb") as f:
         data = f.read()
     try:
         doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    try:
         return parse(doc) if is_profile(doc) else None
-    except orjson.JSONDecodeError as exc:
-        raise RecordFileError(f"{path}: not JSON: {exc}") from None
     except RecordFileError as exc:
         raise RecordFileError(f"{path}: speculation profile: {exc}") from None
 
