@@ -133,6 +133,7 @@ def test_a_lookup_or_tree_drafter_gets_no_predicted_widths():
     text = advisor.report(ms, cost_model.fit(ms), 90.0, range(1, 13), chain=False)
     assert "Predicted (decode" not in text and "Best predicted" not in text
     assert "best measured: draft=4 at 150.0 tok/s" in text
+    assert "predicting a step count the sweep did not run is not valid: each must be measured" in text
 
 
 @pytest.mark.parametrize(("setup", "chain"), [

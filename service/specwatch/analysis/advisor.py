@@ -49,7 +49,8 @@ def report(ms: list[Measurement], f: Fit, baseline_tps: float | None, predict: r
     best_m = max(ms, key=lambda m: m.decode_tokens_per_second)
     if not chain:
         lines += ["", "Predicted: none. This server drafts by lookup (NGRAM, ngram, suffix) or as a tree (topk > 1): "
-                      "one width's acceptance does not extrapolate to another, so each must be measured (sweep it); "
+                      "one width's acceptance does not extrapolate to another, so predicting a step count the sweep "
+                      "did not run is not valid: each must be measured (sweep it); "
                       f"best measured: {best_m.label} at {best_m.decode_tokens_per_second:.1f} tok/s"]
         return "\n".join(lines)
     lines += ["", "Each step count (decode tok/s per stream; measured where the sweep ran it, else predicted):"]
