@@ -208,3 +208,19 @@ def test_a_tree_or_lookup_drafter_gets_no_prediction_for_an_unmeasured_k():
     chain = la.advise(([b]), None, (40.0, None), acc, None, 6, 3, 1)
     assert [p.steps for p in chain.buckets[0].predictions] == list(range(7)) and chain.extrapolates
     assert chain.notes() == "no --advisor-prior: the cost shape over step counts is a range"
+
+
+scalars = st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | st.text(max_size=4)
+json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+
+
+@given(st.dictionaries(st.sampled_from(sorted(modelopt_file())), json_values, max_size=6))
+def test_any_json_either_decodes_or_says_which_key(changes):
+    """Whatever another tool wrote, reading it is a profile or a RecordFileError, never a crash."""
+    try:
+        p = sp.parse(modelopt_file() | changes)
+    except RecordFileError as exc:
+        assert str(exc)
+    else:
+        assert isinstance(p.marginal_accept_rates, tuple) and isinstance(p.num_speculative_tokens, int)
