@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -27,8 +28,10 @@ from . import config as config_mod
 from .analysis import baseline as baseline_mod
 from .analysis import engine_flags, live_advisor, spec_profile
 from .analysis.by_load import LoadVerdict
+from .analysis.checks import random_like
+from .analysis.daemon_checks import daemon_checks
 from .analysis.tick import TickInputs, TickResult, tick
-from .analysis.verdict import Judge
+from .analysis.verdict import Judge, with_checks
 from .errors import AnalysisError, ConfigError, RecordFileError, WorkerError
 from .export.hlog_file import HlogFile
 from .export.http import Endpoints
@@ -49,10 +52,11 @@ from .ratelog import RateLimited
 from .recorder.intake import ProbeIntake
 from .recorder.liveness import Liveness
 from .recorder.load import LoadCurve, LoadTracker
+from .recorder.recent import Recent
 from .recorder.samples import SampleWindows
 from .recorder.windows import Recorder
 from .records import RequestRecord, ServerSample, SourceHealth, TargetName
-from .results import SweepDoc
+from .results import Check, SweepDoc
 from .server.ingest import LogIngest
 from .server.logtail import CommandSource, FileFollower, LogSource, StdinSource, kill_now
 from .server.scrape import ScrapeState, scrape_forever
@@ -130,8 +134,12 @@ class Daemon:
         self.prior = read_prior(cfg.advisor_prior, cfg.advisor_max_steps) if cfg.advisor_prior else None
         self.speculative_config = json.loads(cfg.speculative_config) if cfg.speculative_config else None
         self.tokenizer = Tokenizer(cfg.tokenizer) if cfg.tokenizer else None
+        self.recent = Recent()  # the last probes, for the honesty checks
+        plist = prompt_sets.read(cfg.prompts) if cfg.prompts else prompt_sets.builtin()
+        self.random_ids = frozenset(p.id for p in plist if random_like(p.as_text()))
+        self.checks: tuple[Check, ...] = ()
         self.intake = ProbeIntake(self.recorder, self.load, self.load_curve, self.tokenizer,
-                                  [self.exporter.observe_record])
+                                  [self.exporter.observe_record, self.recent.observe])
         self.lag = LagMonitor(keep=False)
         self.last_lag: LagInterval | None = None
 
@@ -219,6 +227,9 @@ class Daemon:
                                  self.samples.windows.get(c.verdict_window_s), load, self.load_curve.buckets(),
                                  self.curve, bool(c.baseline_url), c.min_requests, self.prior,
                                  c.advisor_max_steps, self.setup), self.judge)
+        self.checks = daemon_checks(self.recent.summary(self.random_ids), self.samples.last.values(), c.max_tokens)
+        result = dataclasses.replace(result, verdict=with_checks(result.verdict, self.checks))
+        self.exporter.set_checks(self.checks)
         for label, per_target in result.views.items():
             self.exporter.update_windows(label, per_target)
         self.exporter.set_verdict(result.verdict)
@@ -251,7 +262,7 @@ def take_snapshot(d: Daemon, t: TickResult) -> Snapshot:
         probe=t.views[vlabel], windows=t.views,
         server=server_state(d.samples.last, {window_label(w): a for w, a in d.samples.windows.items()}),
         verdict=t.verdict, log=log_state(d.source_name, d.health()), by_load=t.by_load, baseline=baseline,
-        client_lag=d.last_lag, advisor=t.advice)
+        client_lag=d.last_lag, advisor=t.advice, checks=d.checks)
 
 
 async def serve(d: Daemon) -> int:

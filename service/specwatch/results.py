@@ -42,6 +42,20 @@ class Check:
 
 
 @dataclass(frozen=True, slots=True)
+class RecentProbes:
+    """The daemon's last probes (``recorder.recent``), as its checks need them: the speculative target's
+    measured probes, up to the last ``recorder.recent.KEEP``."""
+
+    requests: int = 0
+    ok_outputs: tuple[int, ...] = ()  # output tokens of the ok ones
+    distinct_prompts: int = 0
+    cached_tokens: int | None = None  # prompt tokens served from the prefix cache (None: no probe reported it)
+    reported_prompt_tokens: int = 0  # prompt tokens of the probes that reported cached tokens
+    cached_requests: int = 0  # probes with any cached prompt token
+    random_prompts: int | None = None  # of the distinct prompts, those that read as random tokens (None: unknown)
+
+
+@dataclass(frozen=True, slots=True)
 class Spread:
     """HDR quantiles and mean of one metric over a run (seconds for latencies)."""
 

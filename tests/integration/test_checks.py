@@ -75,3 +75,49 @@ def test_a_sweep_level_carries_its_checks_and_sweep_json_merges_them(procs, tmp_
         assert c["ok"] is not bool(failed)
         assert not failed or " stream(s): " in c["detail"]
     assert "Checks over every level:" in p.stdout
+
+
+def start_daemon(procs, *flags):
+    from conftest import free_port, http_get, wait_until
+    port = free_port()
+    d = procs.start(specwatch_cmd("run", "--listen", f"127.0.0.1:{port}", *flags), f"daemon-{port}")
+    d.url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: http_get(d.url + "/healthz", 1)[0] == 200, what="daemon /healthz")
+    return d
+
+
+def checks_after(d):
+    """The daemon's check gauges and /api/summary from the first tick whose probes decide synthetic_prompts
+    (two or more; read twice, so the gauges are that tick's or a later one's)."""
+    from conftest import http_json, scrape, wait_until
+
+    def decided():
+        got = http_json(d.url + "/api/summary")["checks"]
+        return any(c["name"] == "synthetic_prompts" and c["measured"] for c in got)
+
+    wait_until(decided, timeout_s=90, what="a tick with two probes in")
+    m = scrape(d.url)
+    summary = http_json(d.url + "/api/summary")
+    gauges = {k.split('"')[1]: v for k, v in m.items() if k.startswith("specwatch_check_failed{")}
+    return gauges, summary
+
+
+def test_the_daemon_exports_a_gauge_per_check_and_one_prompt_trips_synthetic_prompts(procs, tmp_path):
+    from conftest import http_get
+    sim = procs.sim(*SPEC, "--cost-scale", "0.3")
+    flags = ("--server-url", sim.url, "--interval-s", "1", "--max-tokens", "24", "--pause-s", "0",
+             "--baseline-tps", "50")
+    clean = start_daemon(procs, *flags)
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text('{"id": "only", "text": "Tell me about the sea."}\n')
+    one = start_daemon(procs, *flags, "--prompts", str(prompts))
+    gauges, summary = checks_after(clean)
+    assert gauges == dict.fromkeys(gauges, 0.0) and len(gauges) == 7
+    assert {c["name"]: c["ok"] for c in summary["checks"]}["output_length"] is True  # probes ask ignore_eos
+    assert summary["verdict"]["unreliable"] == []
+    gauges, summary = checks_after(one)
+    assert {k: v for k, v in gauges.items() if v} == {"synthetic_prompts": 1.0}
+    assert summary["verdict"]["unreliable"] == ["synthetic_prompts (tok/s and accept length)"]
+    page = http_get(one.url + "/")[1].decode()
+    assert '<li class="down">synthetic_prompts: one prompt for all ' in page
+    assert "(UNRELIABLE: check synthetic_prompts (tok/s and accept length) failed)" in page

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specwatch.analysis import checks
 from specwatch.analysis.baseline import BaselineCurve
 from specwatch.analysis.by_load import by_load
 from specwatch.analysis.live_advisor import Acceptance, advise
@@ -53,6 +54,7 @@ def fed_exporter() -> Exporter:
     e.set_target_up("spec", True)
     e.count_hlog_error()
     e.set_tick_seconds(0.001)
+    e.set_checks((checks.output_length(True, 8, [6]),))
     return e
 
 

@@ -103,8 +103,8 @@ def server_queueing(queued: Sequence[float], ttft_rise: float | None, tpot_rise:
         return Check("server_queueing", top <= 0, f"the server's metrics reported up to {top:g} request(s) waiting "
                      f"in its queue over {len(queued)} sample(s)")
     if ttft_rise is None or tpot_rise is None:
-        return unmeasured("server_queueing", "no waiting-request metric from the server, and too few requests to "
-                          "compare TTFT across the run")
+        return unmeasured("server_queueing", "no waiting-request figure from the server, and no TTFT trend over "
+                          "enough requests")
     rising = ttft_rise > TTFT_RISE and tpot_rise < TPOT_RISE
     return Check("server_queueing", not rising, f"median TTFT {ttft_rise:.2f}x and TPOT {tpot_rise:.2f}x from the "
                  f"run's first third to its last (fails when TTFT rises over {TTFT_RISE:g}x while TPOT stays under "

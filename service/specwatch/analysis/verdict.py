@@ -20,9 +20,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from ..records import BaselineStatus, ProbeWindow
+from ..results import Check
+from .checks import unreliable
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,12 @@ class Verdict:
     load_known: bool = False
     baseline_status: BaselineStatus = "none"
     baseline_load: float | None = None
+    unreliable: tuple[str, ...] = ()  # failed honesty checks on a figure it uses, as "check (figure)"
+
+
+def with_checks(v: Verdict, checks: Iterable[Check]) -> Verdict:
+    """The verdict, saying which failed checks make it unreliable (``analysis.checks.VERDICT_FIGURES``)."""
+    return replace(v, unreliable=unreliable(checks))
 
 
 def verdict_inputs(spec: ProbeWindow, baseline: ProbeWindow | None, baseline_tps: float | None,

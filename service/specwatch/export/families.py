@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..analysis.baseline import STATUSES as BASELINE_STATUSES
+from ..results import CHECKS
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15,
                    0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -116,6 +117,10 @@ class VerdictFamily(_Family):
         self.breakeven = g("specwatch_breakeven_accept_length",
                            "Accept length at which speculation would match the baseline.")
         self.cycle = g("specwatch_cycle_seconds", "Time per verify cycle: accept length / tok/s.")
+        self.check_failed = g("specwatch_check_failed", "1 while the honesty check failed on the last tick (0: "
+                              "passed or not measured; see /api/summary for which and why).", ["check"])
+        for name in CHECKS:
+            self.check_failed.labels(name).set(0)
 
 
 class AdvisorFamily(_Family):

@@ -101,6 +101,14 @@ def _health(s: Snapshot) -> str:
     return "<ul>" + "".join(items) + "</ul>"
 
 
+def _checks(s: Snapshot) -> str:
+    """The failed honesty checks, one item each; the ones not measured named in one line."""
+    bad = "".join(f'<li class="down">{escape(c.name)}: {escape(c.detail)}</li>' for c in s.checks if c.failed)
+    unmeasured = ", ".join(c.name for c in s.checks if not c.measured)
+    return (f'<h3>Checks</h3><ul id="checks">{bad or "<li>none failed</li>"}</ul>'
+            + (f'<div class="sub">not measured here: {escape(unmeasured)}</div>' if unmeasured else ""))
+
+
 def render(s: Snapshot, history: History, refresh_s: float) -> str:
     v = s.verdict
     cls = "slower" if v.below_baseline else "paying" if v.below_baseline is False else ""
@@ -140,6 +148,7 @@ def render(s: Snapshot, history: History, refresh_s: float) -> str:
 <div class="verdict {cls}" id="verdict">{escape(verdict_text(v))}</div>
 <div class="sub">{numbers}</div>
 {advisor}
+{_checks(s)}
 <div class="grid2">{tps}{accept}{pos}<div><h3>Latency</h3>{_latency_table(s)}<h3>Health</h3>{_health(s)}</div></div>
 <script>
 const t0 = Date.now();

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import platform
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -44,6 +44,7 @@ from ..records import (
     ServerSample,
     SourceHealth,
 )
+from ..results import Check
 from ..server.scrape import dp_label
 from .advisor_series import AdvisorSeries
 from .families import AdvisorFamily, ProbeFamily, SelfFamily, ServerFamily, VerdictFamily
@@ -160,6 +161,10 @@ class Exporter:
                     v.by_load_requests.remove(str(b))
         _set(v.crossover, lv.crossover)
         _set(v.past_crossover, None if lv.past_crossover is None else float(lv.past_crossover))
+
+    def set_checks(self, checks: Sequence[Check]) -> None:
+        for c in checks:
+            self.verdict.check_failed.labels(c.name).set(1 if c.failed else 0)
 
     def set_advice(self, a: Advice) -> None:
         self.advisor.set(a)

@@ -13,6 +13,7 @@ from ..analysis.live_advisor import Advice
 from ..analysis.verdict import Verdict
 from ..probe.lag import LagInterval
 from ..records import ProbeWindow, ServerSample, ServerWindow, SourceHealth
+from ..results import Check
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,7 @@ class Snapshot:
     baseline: str | None = None  # what the baseline is: a fixed value, a curve, an A/B server
     client_lag: LagInterval | None = None  # the daemon's own event-loop lag over the last interval
     advisor: Advice | None = None  # the live advisor: step counts by load
+    checks: tuple[Check, ...] = ()  # the honesty checks (``analysis.daemon_checks``)
 
 
 def log_state(source: str | None, h: SourceHealth) -> LogState:

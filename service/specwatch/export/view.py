@@ -12,6 +12,12 @@ from .snapshot import Snapshot
 
 
 def verdict_text(v: Verdict) -> str:
+    """The verdict in words, and, when a failed honesty check touches a figure it uses, that it is unreliable."""
+    words = _verdict_words(v)
+    return words + (f" (UNRELIABLE: check {', '.join(v.unreliable)} failed)" if v.unreliable else "")
+
+
+def _verdict_words(v: Verdict) -> str:
     if v.baseline_tps is None:
         return "no baseline configured (--baseline-tps or --baseline-url)"
     if v.below_baseline is None:
