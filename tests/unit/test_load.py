@@ -153,8 +153,12 @@ def test_sweep_bands_schedule_and_crossovers():
                result("k=2", 2, {1: 150, 4: 120, 16: 70, 32: 41})]
     bands = load_sweep.bands(results)
     assert [(b.concurrency, b.winner) for b in bands] == [(1, "k=5"), (4, "k=5"), (16, "k=2"), (32, "baseline")]
-    assert bands[3].fastest == "k=2" and bands[3].margin.tie  # 41 vs 40 within the noise: plain is the pick
-    assert load_sweep.schedule(bands) == [(1, 8, 5), (9, 22, 2), (23, 64, 0)]
+    # 41 vs 40 within the noise: plain is the pick (a tie goes to the fewer steps)
+    assert bands[3].fastest == "k=2" and bands[3].head.label == "k=2" and bands[3].head_score.tie
+    assert bands[3].margin is None and "a tie goes to the fewer draft steps: plain decoding" in bands[3].sentence()
+    # no range past the largest load measured (32), and the schedule says so
+    assert load_sweep.schedule(bands) == [(1, 8, 5), (9, 22, 2), (23, 32, 0)]
+    assert load_sweep.schedule_text(load_sweep.schedule(bands)).endswith("23-32: 0 (measured up to 32)")
     cross = load_sweep.crossovers(results)
     assert 4 < cross["k=5"] < 16 and cross["k=2"] is None
     curve = load_sweep.baseline_curve(results, "test")

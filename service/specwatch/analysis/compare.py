@@ -1,5 +1,6 @@
 """How sure a winner is: the margin between two configurations with its 95% interval from the per-request
-spread. Analysis stage; pure. A margin whose interval includes zero is a tie."""
+spread. Analysis stage; pure. A margin whose interval includes zero is a tie, and so is one within
+``TIE_WITHIN`` (1%) whatever its interval (``winner``'s rule)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 
 from .verdict import t_critical
 
+TIE_WITHIN = 0.01  # a difference this small (a ratio, 1%) is a tie whatever the interval
+
 
 @dataclass(frozen=True, slots=True)
 class Margin:
@@ -18,8 +21,14 @@ class Margin:
     high: float | None
 
     @property
-    def tie(self) -> bool:
+    def noise(self) -> bool:
+        """The interval holds zero."""
         return self.low is not None and self.high is not None and self.low <= 0.0 <= self.high
+
+    @property
+    def tie(self) -> bool:
+        """Within the noise, or within 1%."""
+        return self.noise or abs(self.ratio) <= TIE_WITHIN
 
     def interval_text(self) -> str:
         """``+1.7% (95% interval -4.6% to +8.0%)``: the margin without its verdict."""
@@ -28,7 +37,8 @@ class Margin:
         return f"{100 * self.ratio:+.1f}%{ci}"
 
     def text(self) -> str:
-        return self.interval_text() + (": a tie, within the noise" if self.tie else "")
+        why = "within the noise" if self.noise else "within 1%"
+        return self.interval_text() + (f": a tie, {why}" if self.tie else "")
 
 
 def margin(a: Sequence[float], b: Sequence[float]) -> Margin | None:

@@ -219,6 +219,15 @@ def ngram_advice(k: int, setup: ServerSetup) -> EngineAdvice:
                         flags=f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {k}")
 
 
+def measured_up_to(ranges: Sequence[Range], engine: Engine) -> str:
+    """The schedule's last range ends at the largest load measured; what each engine does above it (vLLM: the
+    tail beyond the last range carries its k, ``v1/spec_decode/dynamic/utils.py``; SGLang: the slot with the
+    largest key at or below the batch applies)."""
+    _, hi, k = ranges[-1]
+    above = "vLLM keeps the last range's k" if engine == "vllm" else "SGLang keeps the last slot's steps"
+    return f"measured up to {hi} running requests: above {hi} {above} ({k}), which no measurement supports"
+
+
 def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
     ks = {k for _, _, k in ranges}
     have = f" (this server: {setup.version})" if setup.version else ""
@@ -238,7 +247,7 @@ def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
         return EngineAdvice(
             "vllm", f"vLLM ≥ 0.24.0{have}: add this key to the server's own --speculative-config JSON (the sweep did "
                     "not see it: give sweep --speculative-config, or --launch), with num_speculative_tokens set to "
-                    f"{max(ks)}", flags=key, notes=VLLM_CAVEATS)
+                    f"{max(ks)}", flags=key, notes=(measured_up_to(ranges, "vllm"), *VLLM_CAVEATS))
     merged = {k: v for k, v in setup.speculative_config.items() if k != "num_speculative_tokens_per_batch_size"}
     merged["num_speculative_tokens"] = max(ks)
     merged["num_speculative_tokens_per_batch_size"] = schedule
@@ -251,7 +260,8 @@ def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
         "(0.24-0.32 have no such gate)",)
     return EngineAdvice("vllm", f"vLLM ≥ 0.24.0{have}: launch with the server's speculative config, the schedule "
                                 f"merged in and num_speculative_tokens = the largest k ({max(ks)}):",
-                        flags="--speculative-config " + shlex.quote(json.dumps(merged)), notes=gate + VLLM_CAVEATS)
+                        flags="--speculative-config " + shlex.quote(json.dumps(merged)),
+                        notes=(*gate, measured_up_to(ranges, "vllm"), *VLLM_CAVEATS))
 
 
 def sglang_advice(ranges: Sequence[Range], setup: ServerSetup, out_dir: str) -> EngineAdvice:
@@ -292,7 +302,7 @@ def sglang_advice(ranges: Sequence[Range], setup: ServerSetup, out_dir: str) -> 
                "SGLang ≥ 0.5.14 meets a slot key with the running requests as they are (it pads them up to CUDA-graph "
                "batch sizes only when --cuda-graph-bs-decode is given: sweep a server launched with it and the keys "
                "follow its list)")
-    notes = [f"{routing}, so: {firsts}",
+    notes = [f"{routing}, so: {firsts}", measured_up_to(ranges, "sglang"),
              f"--max-running-requests {running}: a slot above it is never reached",
              "without the file SGLang's built-in acceptance-driven slots apply, not this measured crossover"]
     return EngineAdvice("sglang", f"SGLang ≥ {'0.5.14' if 0 in ks else '0.5.13'}{have}, EAGLE/EAGLE3 with topk 1: "

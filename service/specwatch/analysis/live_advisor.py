@@ -41,9 +41,16 @@ Intervals: the statistical parts (the bucket's per-request spread of tok/s, the 
 acceptance over the rounds counted, twice the prior fit's rms error on the shape) are each moved by their 95%
 half-width and combined in quadrature; the ranges (the shape without a prior, acceptance beyond what is
 known) are added at their ends. Each quantity — a step count's tok/s, the best's gain over running, over
-plain — is evaluated at every such end itself, so shared inputs cancel where they should. The best is the
-step count with the highest estimate. A bucket with too few probes, no plain rate at its load or no
-per-position acceptance says so instead of guessing.
+plain — is evaluated at every such end itself, so shared inputs cancel where they should. A bucket with too
+few probes, no plain rate at its load or no per-position acceptance says so instead of guessing.
+
+The best follows ``winner``'s one rule, as ``sweep`` picks: the step count whose gain over plain decoding has
+the highest lower 95% bound (not the highest estimate), and a tie with it (the two's own interval holds 1, or
+within 1%) to the fewer steps, plain decoding the fewest. Without a cost shape only plain decoding and the
+running k were measured, and the rule picks between those two. A pick that only ties the running k
+(``ties_running``) is fewer steps for the same speed: it is reported as a tie ("a tie; 2 steps is as fast and
+cheaper"), never as a reason to restart, and it brings no engine flags unless another load's pick needs a
+restart anyway (then the flags take the cheaper).
 """
 
 from __future__ import annotations
@@ -57,8 +64,9 @@ from dataclasses import dataclass, replace
 from ..errors import AnalysisError
 from ..recorder.load import LoadBucket, bucket_of
 from ..results import ConfigResult, levels
-from . import advisor, cost_model
+from . import advisor, cost_model, winner
 from .baseline import BaselineCurve
+from .compare import Margin
 from .cost_model import Fit
 from .engine_flags import EngineAdvice, ServerSetup, static_advice
 from .engine_flags import advise as schedule_advice
@@ -163,6 +171,7 @@ class BucketAdvice:
     # without a prior: step counts never measured whose range reaches above the best measured one; the best is
     # then the best measured, and the rest needs one more configuration measured (``specwatch tune``, or a prior)
     undecided: tuple[int, ...] = ()
+    ties_running: bool = False  # the best only ties the running configuration: fewer steps, no reason to restart
 
     def prediction(self, steps: int) -> StepPrediction | None:
         return next((p for p in self.predictions if p.steps == steps), None)
@@ -362,18 +371,34 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
     k = chain.k
     preds = [StepPrediction(s, _interval(functools.partial(model.tps, s), centre, stat, ranges_for(s)),
                             1.0 + sum(at_centre[:s]), s in (0, k)) for s in steps_range]
+
+    def vs(a: int, b: int) -> Estimate:
+        return _interval(lambda p: model.tps(a, p) / model.tps(b, p), centre, stat, ranges_for(a, b))
+
     undecided: tuple[int, ...] = ()
-    if cost_fit is None or not extrapolate:  # only plain decoding and k are measured, and no cost shape: k,
-        # unless plain decoding beats it outside the noise
-        k_vs_plain = _interval(lambda p: model.tps(k, p) / model.tps(0, p), centre, stat, [])
-        best = 0 if k_vs_plain.upper < 1.0 else k  # a tie is no reason to restart the server
+    if cost_fit is None or not extrapolate:  # only plain decoding and k are measured, and no cost shape: the rule
+        # picks one of those two
+        best, ties_running = _pick((0, k), vs, k)
         top = next(p for p in preds if p.steps == best).tokens_per_second.value
         undecided = tuple(p.steps for p in preds if not p.measured and p.tokens_per_second.upper > top)
     else:
-        best = max(preds, key=lambda p: p.tokens_per_second.value).steps
-    vs_run = _interval(lambda p: model.tps(best, p) / model.tps(k, p), centre, stat, ranges_for(best, k))
-    vs_plain = _interval(lambda p: model.tps(best, p) / model.tps(0, p), centre, stat, ranges_for(best))
-    return BucketAdvice(b.bucket, b.mean_load, b.requests, "ok", tuple(preds), best, vs_run, vs_plain, undecided)
+        best, ties_running = _pick([p.steps for p in preds], vs, k)
+    return BucketAdvice(b.bucket, b.mean_load, b.requests, "ok", tuple(preds), best, vs(best, k), vs(best, 0),
+                        undecided, ties_running)
+
+
+def _pick(steps: Sequence[int], vs: Callable[[int, int], Estimate], running: int) -> tuple[int, bool]:
+    """``winner``'s rule over ``steps``: the highest lower bound against plain decoding, a tie with it to the
+    fewest steps; and whether the pick only ties the running ``k`` (no reason to restart for it alone)."""
+    cands = [winner.Candidate(str(s), s, winner.EXACT if s == 0 else _ratio(vs(s, 0))) for s in steps]
+    chosen = winner.pick(cands, lambda a, b: _ratio(vs(a.steps, b.steps))).chosen
+    assert chosen is not None  # every candidate has an interval
+    return chosen.steps, chosen.steps != running and _ratio(vs(chosen.steps, running)).tie
+
+
+def _ratio(e: Estimate) -> Margin:
+    """A gain (a ratio) as a margin (the ratio less one), to be judged by ``winner``."""
+    return Margin(e.value - 1.0, e.lower - 1.0, e.upper - 1.0)
 
 
 def advise(buckets: Sequence[LoadBucket], curve: BaselineCurve | None,
@@ -397,12 +422,17 @@ def advise(buckets: Sequence[LoadBucket], curve: BaselineCurve | None,
 
 def with_flags(a: Advice, setup: ServerSetup) -> Advice:
     """The engine flags for the advised step counts (``engine_flags``, the sweep's generator): one step count
-    at every advised load, or the per-load schedule; none while the running configuration is the advice."""
-    picks = [(b.bucket, b.best_steps) for b in a.buckets if b.status == "ok" and b.best_steps is not None]
+    at every advised load, or the per-load schedule up to the largest load seen; none while the running
+    configuration is the advice, or only ties it (a tie is no reason to restart; once a restart is due for
+    another load, the tied loads take the cheaper pick)."""
+    ok = [b for b in a.buckets if b.status == "ok" and b.best_steps is not None]
+    picks = [(b.bucket, b.best_steps) for b in ok if b.best_steps is not None]
     ks = {k for _, k in picks}
-    if not picks or ks == {a.running_steps}:
+    if not picks or all(b.best_steps == a.running_steps or b.ties_running for b in ok):
         return a
-    engine = static_advice(ks.pop(), setup) if len(ks) == 1 else schedule_advice(schedule_of(picks), setup)
+    last = max(ok, key=lambda b: b.bucket)
+    top = max(last.bucket, math.floor(last.mean_load))  # the schedule ends at the largest load measured
+    engine = static_advice(ks.pop(), setup) if len(ks) == 1 else schedule_advice(schedule_of(picks, top), setup)
     return replace(a, engine=tuple(engine))
 
 
@@ -416,7 +446,9 @@ def _pct(e: Estimate) -> str:
 
 def describe(b: BucketAdvice, running: int | None) -> str:
     """One line for the page and the view: "at 8 running requests, 2 steps would give +9% (95% interval
-    +4…+14%) over the running 5 steps; +4% over plain decoding"."""
+    +4…+14%) over the running 5 steps; +4% over plain decoding", or for a pick that only ties the running k,
+    "…, 2 steps ties the running 5 steps (+0% (95% interval -3…+4%)): a tie; 2 steps is as fast and cheaper, no
+    reason to restart for it alone"."""
     where = f"at {b.mean_load:.3g} running request{'' if b.mean_load == 1 else 's'}"
     if b.status != "ok" or b.best_steps is None or b.gain_vs_running is None or b.gain_vs_plain is None:
         return f"{where}: {b.status}"
@@ -431,6 +463,9 @@ def describe(b: BucketAdvice, running: int | None) -> str:
     if b.best_steps == running:
         best_word = "the best measured" if b.undecided else "the best predicted"
         return f"{where}, the running {run} is {best_word}{plain}{more}"
+    if b.ties_running:
+        return f"{where}, {_steps(b.best_steps)} ties the running {run} ({_pct(b.gain_vs_running)}): a tie; " \
+               f"{_steps(b.best_steps)} is as fast and cheaper, no reason to restart for it alone{plain}{more}"
     if b.best_steps == 0 and running and b.undecided:
         return f"{where}, plain decoding is the best measured: the running {run} gives " \
                f"{_pct(_inverse(b.gain_vs_running))} against it{more}"

@@ -47,25 +47,33 @@ def crossing_text(cross: float | None, lowest: int) -> str:
     return "already at the lowest load" if cross <= lowest else f"at ~{cross:.1f} streams (between the loads measured)"
 
 
-def schedule(bs: list[Band], top: int | None = None) -> list[tuple[int, int, int]]:
-    """The bands' schedule (``schedule_of`` their levels and picks)."""
-    return schedule_of([(b.concurrency, b.steps) for b in bs], top)
+def schedule(bs: list[Band]) -> list[tuple[int, int, int]]:
+    """The bands' schedule (``schedule_of`` the levels that crowned a pick)."""
+    return schedule_of([(b.concurrency, b.steps) for b in bs if b.winner])
 
 
 def schedule_of(picks: Sequence[tuple[int, int]], top: int | None = None) -> list[tuple[int, int, int]]:
     """``[lo, hi, k]`` ranges of batch size from ``(load, k)`` picks in load order: boundaries at the geometric
-    middle between the loads, the last up to ``top`` (default twice the last load); adjacent ranges with the
-    same k merged. The one rule for a sweep's levels and the live advisor's load buckets."""
+    middle between the loads, the last up to ``top``, the largest load measured (default the last pick's: no
+    range reaches past what was measured); adjacent ranges with the same k merged. The one rule for a sweep's
+    levels and the live advisor's load buckets."""
     out: list[tuple[int, int, int]] = []
     for i, (load, k) in enumerate(picks):
         lo = 1 if i == 0 else out[-1][1] + 1
-        hi = math.floor(math.sqrt(load * picks[i + 1][0])) if i + 1 < len(picks) else (top or 2 * load)
+        hi = math.floor(math.sqrt(load * picks[i + 1][0])) if i + 1 < len(picks) else (top or load)
         hi = max(hi, lo)
         if out and out[-1][2] == k:
             out[-1] = (out[-1][0], hi, k)
         else:
             out.append((lo, hi, k))
     return out
+
+
+def schedule_text(ranges: Sequence[tuple[int, int, int]]) -> str:
+    """``1-8: 5, 9-22: 2, 23-32: 0 (measured up to 32)``: the last range ends at the largest load measured."""
+    if not ranges:
+        return "none (no load crowned a pick)"
+    return ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in ranges) + f" (measured up to {ranges[-1][1]})"
 
 
 def baseline_curve(results: Sequence[ConfigResult], source: str) -> BaselineCurve | None:
@@ -139,8 +147,8 @@ def fit_batch(results: Sequence[ConfigResult], base: Fit) -> BatchFit | None:
 
 def engine_advice(results: Sequence[ConfigResult], out_dir: str = "") -> list[EngineAdvice]:
     """The schedule the bands give, as the complete flags of the sweep's engine (``engine_flags``)."""
-    bs = bands(results)
-    return advise(schedule(bs), setup_of(results), out_dir) if bs else []
+    ranges = schedule(bands(results))
+    return advise(ranges, setup_of(results), out_dir) if ranges else []
 
 
 def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: range,
@@ -150,14 +158,14 @@ def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: ran
     bs = bands(results)
     if not bs:
         return ""
-    lines = ["By load (measured; per-stream decode tok/s, the fastest's margin over plain decoding, 95% interval):"]
+    lines = ["By load (measured; per-stream decode tok/s; the pick: at least 3 requests, the highest lower 95% bound "
+             "over plain decoding, a tie to the fewer draft steps):"]
     lines += [f"  concurrency {b.concurrency:>4}: {b.sentence()}" for b in bs]
     measured = crossovers(results)
     for label, cross in measured.items():
         lines.append(f"  {label} crosses plain decoding (measured): {crossing_text(cross, min(levels(results)))}")
     ranges = schedule(bs)
-    lines += ["", "Schedule (batch sizes lo-hi: k draft steps, 0 = plain decoding): "
-              + ", ".join(f"{lo}-{hi}: {k}" for lo, hi, k in ranges)]
+    lines += ["", "Schedule (batch sizes lo-hi: k draft steps, 0 = plain decoding): " + schedule_text(ranges)]
     lines += [a.text() for a in advice]
     if base is not None:
         bf = fit_batch(results, base)

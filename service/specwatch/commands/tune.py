@@ -215,7 +215,9 @@ def loop(run: Run, plain: dict[int, tune_plan.Plain]) -> str:
 
 def best_by_load(results: Sequence[ConfigResult], start: ConfigResult | None) -> dict[int, TuneBest]:
     out = {}
-    for b in comparisons.bands(results):
+    for b in comparisons.bands(results, start.label if start else None):
+        if not b.winner:  # too few requests to crown anything at this load: its sentence says why
+            continue
         win = next(r for r in results if r.label == b.winner)
         vs_start = margin(win.per_request(b.concurrency), start.per_request(b.concurrency)) if start else None
         vs_plain = comparisons.comparisons(results).get((win.label, b.concurrency))
@@ -236,7 +238,7 @@ def _interval(m: Any) -> tuple[float, float] | None:
 def flags(results: Sequence[ConfigResult], out: Path) -> list[str]:
     """The engine flags for the winners: one step count, or the per-load schedule (sweep's generator)."""
     bs = comparisons.bands(results)
-    ks = {b.steps for b in bs}
+    ks = {b.steps for b in bs if b.winner}
     if not ks:
         return []
     advice = engine_flags.static_advice(ks.pop(), engine_flags.setup_of(results)) if len(ks) == 1 else \
@@ -257,7 +259,7 @@ def finish(run: Run, stop: str) -> TuneDoc:
                   round(time.monotonic() - run.started, 1), exhaustive, round(per * exhaustive, 1) if per else None,
                   {t.name: str(t.start)}, tuple(t.sweep.levels))
     print(summary(doc, t))
-    cmp, picks = comparisons.records(results)
+    cmp, picks = comparisons.records(results, start.label if start else None)
     save(run.out / "sweep.json", SweepDoc(tuple(results), best[min(best)].sentence if best else None, None,
                                           comparisons=cmp, picks=picks))
     save(run.out / "tune.json", doc)
