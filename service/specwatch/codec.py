@@ -135,12 +135,14 @@ def _sample(d: dict[str, Any]) -> ServerSample:
 
 
 def _run(d: dict[str, Any]) -> RunInfo:
-    running = d.get("server_running", [])
-    if not isinstance(running, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in running):
-        raise RecordFileError("server_running: expected a list of counts")
+    counts = {}
+    for key in ("server_running", "server_queued"):
+        v = d.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in v):
+            raise RecordFileError(f"{key}: expected a list of counts")
+        counts[key] = tuple(v)
     return RunInfo(**(d | {"loop_lag": from_json(LoopLag, d.get("loop_lag", {}), "loop_lag"),
-                           "schedule": from_json(Schedule, d.get("schedule", {}), "schedule"),
-                           "server_running": tuple(running)}))
+                           "schedule": from_json(Schedule, d.get("schedule", {}), "schedule")} | counts))
 
 
 DECODERS: dict[str, Callable[[dict[str, Any]], Record]] = {"run": _run, "request": _request, "sample": _sample}

@@ -213,6 +213,7 @@ class RunInfo:
     loop_lag: LoopLag = LoopLag()  # the client's own event-loop lag
     server_running: tuple[int, ...] = ()  # running requests in the server's /metrics while the run ran (busy only)
     schedule: Schedule = Schedule()  # the arrivals (absent from records files before 0.5: the default)
+    server_queued: tuple[int, ...] = ()  # waiting requests in the server's /metrics at each sample (absent before 0.6)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,18 +25,26 @@ def bench(url, tmp, *flags):
 
 def test_an_open_loop_far_above_the_servers_pace_fails_achieved_rate(procs, tmp_path):
     # two requests at a time, each ~0.3 s: about 7 a second; 200 a second are offered
-    sim = procs.sim(*SPEC, "--max-running-requests", "2")
+    sim = procs.sim(*SPEC, "--max-running-requests", "2", "--enable-metrics")
     checks, out = bench(sim.url, tmp_path, "--rate-per-s", "200", "--num-runs", "30", "--max-tokens", "24")
     rate = checks["achieved_rate"]
     assert rate["ok"] is False and rate["measured"] is True
     achieved, offered = (float(w) for w in rate["detail"].split()[1:5:3])
     assert offered > 100 and achieved < 0.25 * offered
     assert f"  CHECK FAILED:  achieved_rate: {rate['detail']}\n" in out
-    assert checks["server_queueing"]["ok"] is False  # TTFT grew through the run, TPOT did not
+    queueing = checks["server_queueing"]  # from sglang:num_queue_reqs, sampled every half second
+    assert queueing["ok"] is False and queueing["detail"].startswith("the server reported requests waiting")
+
+
+def test_without_server_metrics_a_rising_ttft_shows_the_queue(procs, tmp_path):
+    sim = procs.sim(*SPEC, "--max-running-requests", "2")
+    checks, _ = bench(sim.url, tmp_path, "--rate-per-s", "200", "--num-runs", "30", "--max-tokens", "24")
+    queueing = checks["server_queueing"]
+    assert queueing["ok"] is False and queueing["detail"].startswith("median TTFT ")
 
 
 def test_a_clean_closed_loop_fails_no_check(procs, tmp_path):
-    sim = procs.sim(*SPEC)
+    sim = procs.sim(*SPEC, "--enable-metrics")
     checks, out = bench(sim.url, tmp_path, "--concurrency", "1", "--num-runs", "8", "--max-tokens", "64",
                         "--ignore-eos")
     assert [n for n, c in checks.items() if not c["ok"]] == [], out
@@ -45,6 +53,7 @@ def test_a_clean_closed_loop_fails_no_check(procs, tmp_path):
     assert checks["acceptance_identity"]["measured"] is True  # the simulator gives per-request histograms
     assert checks["output_length"]["detail"] == "0 of 8 request(s) ended short of max_tokens=64"
     assert checks["prefix_cache"]["detail"].startswith("0 of ")  # SGLang's meta_info.cached_tokens: 0
+    assert checks["server_queueing"]["detail"].startswith("the server reported requests waiting in its queue in 0 of ")
 
 
 def test_one_prompt_for_every_request_fails_synthetic_prompts(procs, tmp_path):

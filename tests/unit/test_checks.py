@@ -14,6 +14,7 @@ from specwatch.analysis.bench_results import analyse
 from specwatch.export.check_lines import lines
 from specwatch.records import Outcome, RequestRecord, RunInfo, SpecStats
 from specwatch.results import CHECKS, Check, ConfigResult, LevelResult
+from specwatch.server.scrape import QUEUED_GAUGES, running_from_text
 
 MS = 1_000_000
 
@@ -45,6 +46,7 @@ def test_prefix_cache(cached, prompt, ok, measured):
 @pytest.mark.parametrize(("queued", "ttft", "tpot", "ok", "measured"), [
     ([0, 0, 0], 5.0, 1.0, True, True),  # the server's own metric wins over the TTFT heuristic
     ([0, 3, 0], 1.0, 1.0, False, True),
+    ([0] * 7 + [1], 1.0, 1.0, True, True),  # one request caught before its scheduling step: no queue
     ([], 1.1, 1.0, True, True), ([], 2.5, 1.0, False, True),
     ([], 2.5, 2.0, True, True),  # TTFT rose with the decoding: a heavier batch, not a queue
     ([], None, None, True, False)])
@@ -242,3 +244,20 @@ def test_the_terminal_prints_a_line_per_failed_check_and_names_the_unmeasured():
         "  CHECK FAILED:  prefix_cache: 900 of 1000 prompt tokens",
         "  Checks:        4 passed, 1 failed, not measured: achieved_rate, acceptance_identity (details in --json)"]
     assert lines(()) == []
+
+
+def test_bench_reads_the_waiting_requests_from_either_engines_metrics():
+    text = ('sglang:num_queue_reqs{model_name="m",tp_rank="0"} 3.0\n'
+            'sglang:num_queue_reqs_total_fake 9\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 2.0\n'
+            'vllm:num_requests_running{engine="0",model_name="m"} 5.0\n')
+    assert running_from_text(text, QUEUED_GAUGES) == [3, 2]
+    assert running_from_text(text) == [5]
+
+
+def test_a_records_file_keeps_the_waiting_requests_and_reads_one_without_them():
+    info = RunInfo("http://127.0.0.1:1", "sglang", "m", server_queued=(0, 2, 1))
+    assert codec.decode(codec.encode(info)) == info
+    old = codec.orjson.loads(codec.encode(info))
+    del old["server_queued"]
+    assert codec.decode(codec.orjson.dumps(old)).server_queued == ()

@@ -20,7 +20,9 @@ The rules, one per check (thresholds are module constants):
   ``CACHED_SHARE`` (10%) of the prompt tokens were cached (a shared chat template's few tokens stay under it):
   TTFT and prefill cost are then understated.
 - ``server_queueing``: requests waiting inside the server. From its metrics (``sglang:num_queue_reqs``,
-  ``vllm:num_requests_waiting``) when given: any waiting request fails it. Else from the requests: the last
+  ``vllm:num_requests_waiting``) when given: waiting requests in more than ``QUEUED_SHARE`` (a quarter) of the
+  samples fail it (a request caught between its arrival and the next scheduling step is no queue). Else from
+  the requests: the last
   third's median TTFT more than ``TTFT_RISE`` (2x) the first third's while the median TPOT rose less than
   ``TPOT_RISE`` (1.5x): time spent before the first token grew, not the decoding.
 - ``acceptance_identity``: mean accept length = 1 + the sum of per-position acceptance (each round yields its
@@ -44,6 +46,7 @@ RATE_SHARE = 0.95
 SPREAD = 0.05
 CACHED_SHARE = 0.10
 TTFT_RISE = 2.0
+QUEUED_SHARE = 0.25
 TPOT_RISE = 1.5
 IDENTITY_TOLERANCE = 0.02
 FUNCTION_WORD_SHARE = 0.05
@@ -99,9 +102,10 @@ def server_queueing(queued: Sequence[float], ttft_rise: float | None, tpot_rise:
     """``queued``: the server's waiting requests at each metrics sample (empty: none reported); the rises: the
     last third's median TTFT and TPOT over the first third's (None: too few requests)."""
     if queued:
-        top = max(queued)
-        return Check("server_queueing", top <= 0, f"the server's metrics reported up to {top:g} request(s) waiting "
-                     f"in its queue over {len(queued)} sample(s)")
+        waiting = sum(1 for q in queued if q > 0)
+        return Check("server_queueing", waiting <= QUEUED_SHARE * len(queued), f"the server reported requests "
+                     f"waiting in its queue in {waiting} of {len(queued)} sample(s) (up to {max(queued):g}; the "
+                     f"limit is {100 * QUEUED_SHARE:.0f}% of them)")
     if ttft_rise is None or tpot_rise is None:
         return unmeasured("server_queueing", "no waiting-request figure from the server, and no TTFT trend over "
                           "enough requests")

@@ -19,7 +19,7 @@ import aiohttp
 from ..errors import AuthError, ConfigError, ResponseTooLarge, TargetError
 from ..options import default
 from ..records import ApiChoice, LoopLag, RequestRecord, RunInfo, Schedule
-from ..server.scrape import running_from_text
+from ..server.scrape import QUEUED_GAUGES, running_from_text
 from . import lag as lag_mod
 from . import prompts as prompt_sets
 from .client import Access, Timeouts, get_text, make_session
@@ -198,7 +198,7 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print,
             intervals = await run_probes(setup, printer, asyncio.Event(), lag_mod.LagMonitor(interval_s=1.0))
         finally:
             done.set()
-        running = await sampler
+        running, queued = await sampler
         lag = lag_mod.loop_lag(intervals, workers=spec.workers) if intervals else LoopLag()
         lifetime = await lifetime_accept_length(session, info, spec.server_url)
     first_ns = min((r.sent_ns for r in printer.records), default=time.monotonic_ns())
@@ -207,7 +207,7 @@ async def collect(spec: BenchSpec, say: Callable[[str], None] = print,
                   steps=steps, draft_tokens=draft_tokens,
                   lifetime_accept_length=lifetime, settings=spec.settings,
                   start_wall_s=time.time() - (time.monotonic_ns() - first_ns) / 1e9, loop_lag=lag,
-                  server_running=tuple(running), schedule=spec.schedule)
+                  server_running=tuple(running), schedule=spec.schedule, server_queued=tuple(queued))
     return run, printer.records
 
 
@@ -222,13 +222,15 @@ MAX_LOAD_SAMPLES = 100_000
 
 
 async def running_requests(session: aiohttp.ClientSession, url: str, done: asyncio.Event,
-                           measuring: asyncio.Event) -> list[int]:
+                           measuring: asyncio.Event) -> tuple[list[int], list[int]]:
     """The server's running requests from its own ``/metrics`` (SGLang with ``--enable-metrics``, vLLM), every
     ``LOAD_EVERY_S`` until ``done``, busy moments after the warm-up only (``measuring``): what load a run really
     put on the server. The sequential warm-up's ones are not its load: a 16-stream level of a real sweep lasts a
     few seconds, and two warm-up samples made its median 8.5 (CI). A server without metrics (or one that
-    refuses them) gives none; a failed scrape is skipped, never raised."""
+    refuses them) gives none; a failed scrape is skipped, never raised. Second: the waiting requests at every
+    sample, for the server_queueing check."""
     out: list[int] = []
+    queued: list[int] = []
     waits = [asyncio.ensure_future(measuring.wait()), asyncio.ensure_future(done.wait())]
     _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)  # no scrape in the warm-up
     for w in pending:
@@ -241,6 +243,7 @@ async def running_requests(session: aiohttp.ClientSession, url: str, done: async
         if status in (401, 403, 404):
             break  # no metrics here: none will come
         out += [n for n in running_from_text(text) if n] if status == 200 else []
+        queued += running_from_text(text, QUEUED_GAUGES) if status == 200 else []
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), LOAD_EVERY_S)
-    return out
+    return out, queued

@@ -159,20 +159,22 @@ def _spec(sc: _Scrape, state: ScrapeState, generated: bool) -> dict[str, Any] | 
 
 
 RUNNING_GAUGES = tuple(name for name, key in (*SGLANG_GAUGES.items(), *VLLM_GAUGES.items()) if key == "running")
+QUEUED_GAUGES = tuple(name for name, key in (*SGLANG_GAUGES.items(), *VLLM_GAUGES.items()) if key == "queued")
 
 
-def running_from_text(text: str) -> list[int]:
+def running_from_text(text: str, gauges: tuple[str, ...] = RUNNING_GAUGES) -> list[int]:
     """Just the running-request gauges of one exposition (one value per dp rank / engine), the way
     ``samples_from_text`` reads them, without parsing the rest: a bench samples them every half second on the
-    event loop its probes run on, where a full parse of vLLM's histograms costs milliseconds."""
+    event loop its probes run on, where a full parse of vLLM's histograms costs milliseconds. ``gauges``:
+    ``QUEUED_GAUGES`` for the waiting requests instead."""
     lo, hi = RANGES["running"]
     out = []
     for line in text.splitlines():
-        if not line.startswith(RUNNING_GAUGES):
+        if not line.startswith(gauges):
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
         fields = line.rpartition("}")[2].split() if "{" in line else line.split()[1:]
-        if name not in RUNNING_GAUGES or not fields:  # another family that starts alike
+        if name not in gauges or not fields:  # another family that starts alike
             continue
         try:
             v = float(fields[0])
