@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from conftest import free_port, http_get, http_json, scrape, specwatch_cmd, wait_until
+from specwatch.sim.model import OFF_ROUND_TAX
 
 pytestmark = pytest.mark.integration
 SIM = ("--profile", "mixed", "--cost-scale", "0.5", "--decode-log-interval", "10", "--quiet")
@@ -122,8 +123,11 @@ def test_the_printed_schedule_applied_to_a_fresh_server_stops_the_loss_at_high_l
     # beyond its interval and the curve's own error. The daemon's interval is its probe's alone; the curve it
     # divides by was swept with two requests per stream at 24 streams and is extrapolated to 32, a few percent
     # of its own (a CI run read 0.985 ± 0.002 at 32, where the scheduled server runs plain decoding itself)
+    # where the schedule is at 0 the server is not plain decoding: its rounds pay the simulator's off_round_tax
+    # (docs/sim-model.md), so break-even there is 1 / (1 + tax)
     assert upper(table["static"][32]) < 1.0, table
-    assert all(upper(table["scheduled"][n]) >= 1.0 - CURVE_ERROR for n, _ in PHASES), table
+    floor = {n: (1.0 if n < 32 else 1.0 / (1.0 + OFF_ROUND_TAX)) - CURVE_ERROR for n, _ in PHASES}
+    assert all(upper(table["scheduled"][n]) >= floor[n] for n, _ in PHASES), table
     # it still speculates where that wins (7 steps at 1 and 8, as sglang:spec_num_steps said above): at one stream
     # clearly faster; at 8 the model's +17% is within a closed loop's noise of 1 (one CI run: 1.09 ± 0.09)
     assert lower(table["scheduled"][1]) > 1.0, table

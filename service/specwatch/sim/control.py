@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import orjson
@@ -102,7 +102,8 @@ def checked_control(body: Any, engine: Engine, faults: FaultPlan) -> tuple[model
     name = body.get("profile", engine.s.profile.name)
     if name not in model.PROFILES:
         raise ValueError(f"profile: {name!r} is not one of {', '.join(sorted(model.PROFILES))}")
-    profile = model.PROFILES[name].with_overrides(_scale(body, "accept_scale"), _scale(body, "cost_scale"))
+    profile = replace(model.PROFILES[name].with_overrides(_scale(body, "accept_scale"), _scale(body, "cost_scale")),
+                      off_round_tax=engine.s.profile.off_round_tax)  # the launch's --off-round-tax stays
     pause = body.get("pause_s", 0)
     if isinstance(pause, bool) or not isinstance(pause, (int, float)) or not 0 <= pause <= MAX_PAUSE_S:
         raise ValueError(f"pause_s: must be a number of seconds from 0 to {MAX_PAUSE_S:g}")

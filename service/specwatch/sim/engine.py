@@ -298,7 +298,8 @@ class Engine:
 
     def spec_at(self, batch_size: int) -> model.SpecConfig:
         """The speculative settings of a decode step of ``batch_size`` requests (the launch settings unless a
-        step policy picks another count, at most the launch one; 0 drafts none)."""
+        step policy picks another count, at most the launch one; 0 drafts none, and its round still pays the
+        speculating server's ``off_round_tax``: ``model.step_ms``)."""
         spec, policy = self.s.spec, self.s.steps
         if policy is None or not spec.enabled:
             return spec
@@ -310,7 +311,7 @@ class Engine:
         bs = len(batch)
         spec = self.spec_at(bs)
         self.current_steps = spec.num_steps
-        now = await self.pace.sleep_for(model.cycle_ms(self.s.profile, spec, bs, self.s.draft_cost))
+        now = await self.pace.sleep_for(model.step_ms(self.s.profile, self.s.spec, spec, bs, self.s.draft_cost))
         produced = accepted_total = 0
         for r in batch:
             if r.finish_reason is not None:

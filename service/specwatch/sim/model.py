@@ -28,6 +28,12 @@ the accepted drafts plus the bonus token, so
 which saturates as steps grow because the tail probabilities are small. ``factor`` is 1 for the ``seed``
 profile; the ``mixed`` profile lowers it for creative text and high temperature and raises it for code.
 A tree draft (``topk > 1``) accepts more: ``p_eff = 1 - (1 - p) ** sqrt(topk)``.
+
+A round that drafts nothing inside a speculating server (a per-load schedule's 0 range, an adaptive slot at 0)
+is not plain decoding: the engine keeps its speculative machinery (the drafter's bookkeeping, the verify path,
+graphs sized for drafts), so it costs ``cycle_ms(plain) * (1 + off_round_tax)`` (``off_cycle_ms``). The default,
+``OFF_ROUND_TAX``, is vLLM's published K = 0 range: +6.6% per output token at 2 streams against a server
+started without speculation (vllm-project/vllm#49548; +21.6% at 189 streams, about 2x on another backend).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
+# a zero-draft round in a speculating server over plain decoding's round (vllm-project/vllm#49548, 2 streams)
+OFF_ROUND_TAX = 0.066
 NGRAM_MAX_BFS_BREADTH = 10  # --speculative-ngram-max-bfs-breadth's default (srt/arg_groups/fields/spec.py:256-259)
 NGRAM_DEFAULT_DRAFT_TOKENS = 12  # speculative_hook.py:1314-1323
 # logged when NGRAM's draft tokens are not given (speculative_hook.py:1320-1323)
@@ -121,6 +129,7 @@ class Profile:
     domain_factors: dict[str, float] = field(default_factory=dict)
     temperature_slope: float = 0.0  # factor -= slope * min(temperature, 2)
     max_total_tokens: int = 200_000
+    off_round_tax: float = OFF_ROUND_TAX  # a zero-draft round in a speculating server, over plain decoding's
 
     def with_overrides(self, accept_scale: float = 1.0, cost_scale: float = 1.0) -> Profile:
         return replace(
@@ -196,6 +205,21 @@ def cycle_ms(profile: Profile, spec: SpecConfig, batch_size: float = 1, draft_co
     single = draft_ms(profile, spec, draft_cost) + verify_ms(profile, width)
     extra = max(0.0, batch_size - 1)
     return single * (1.0 + profile.batch_cost * extra) + profile.token_ms * extra * width
+
+
+def off_cycle_ms(profile: Profile, batch_size: float = 1) -> float:
+    """One decode round that drafts nothing in a server launched with speculation: plain decoding's round and
+    the profile's ``off_round_tax`` on top (a schedule's 0 range is not a server started without speculation)."""
+    return cycle_ms(profile, SpecConfig(), batch_size) * (1.0 + profile.off_round_tax)
+
+
+def step_ms(profile: Profile, launched: SpecConfig, spec: SpecConfig, batch_size: float = 1,
+            draft_cost: float = 1.0) -> float:
+    """A decode round at ``spec`` (this step's draft count) in a server launched with ``launched``: a step that
+    drafts nothing in a speculating server pays ``off_cycle_ms``."""
+    if launched.enabled and not spec.enabled:
+        return off_cycle_ms(profile, batch_size)
+    return cycle_ms(profile, spec, batch_size, draft_cost)
 
 
 def round_crossover(profile: Profile, spec: SpecConfig, draft_cost: float = 1.0, domain: str = "chat",
@@ -278,6 +302,8 @@ class Explanation:
     tokens_per_second: float  # decode tok/s of one stream
     itl_ms: float  # per-token inter-token latency = cycle / accept length
     breakeven_accept_length: float  # accept length at which speculation matches plain decoding
+    off_round_tax: float  # a zero-draft round in this speculating server, over plain decoding's (the profile's)
+    off_cycle_ms: float | None  # that round at this batch size (None: launched without speculation)
 
 
 def explain(
@@ -304,6 +330,8 @@ def explain(
         tokens_per_second=1000.0 * al / cyc,
         itl_ms=cyc / al,
         breakeven_accept_length=cyc / plain,
+        off_round_tax=profile.off_round_tax,
+        off_cycle_ms=off_cycle_ms(profile, batch_size) if spec.enabled else None,
     )
 
 
@@ -320,6 +348,9 @@ def format_explanation(e: Explanation) -> str:
         f"  per-token ITL            {e.itl_ms:.3f} ms",
         f"  break-even accept length {e.breakeven_accept_length:.3f}",
     ]
+    if e.off_cycle_ms is not None:
+        lines.append(f"  zero-draft round         {e.off_cycle_ms:.2f} ms (a schedule's 0 range or an adaptive 0: "
+                     f"+{100 * e.off_round_tax:.1f}% over plain decoding's round, the profile's off_round_tax)")
     if e.position_acceptance:
         lines.append("  per-position acceptance  " + ", ".join(f"{p:.3f}" for p in e.position_acceptance))
     return "\n".join(lines)

@@ -85,6 +85,9 @@ def format_by_load(settings: EngineSettings, pattern: Pattern, rows: list[LoadRo
                      f"{b.aggregate_tokens_per_second:>15.0f}")
     if not spec.enabled:
         return "\n".join(lines)
+    if settings.steps is not None:
+        lines.append(f"  a step that drafts nothing here (the schedule's or adaptive's 0) costs plain decoding's round "
+                     f"+{100 * settings.profile.off_round_tax:.1f}% (off_round_tax): this server is not plain there")
     if cross is None:
         lines.append("  crossover: none among these loads (speculation wins at each)")
     elif cross <= rows[0].streams:

@@ -96,6 +96,12 @@ def add_sim_flags(p: argparse.ArgumentParser, formats: dict[str, str], default_f
                    help="multiply every cost of the profile (same shape, faster or slower) (default: 1)")
 
 
+    p.add_argument("--off-round-tax", type=float, default=model.OFF_ROUND_TAX, metavar="FRACTION",
+                   help="a decode round that drafts nothing in this speculating server (a schedule's 0 range, an "
+                        "adaptive slot at 0) costs plain decoding's round times 1 + this (default: 0.066, vLLM's "
+                        "published K = 0 range at 2 streams)")
+
+
 def explain_pattern(args: argparse.Namespace) -> pattern.Pattern:
     """The arrival pattern the flags state, through ``/explain``'s parser (one rule, one set of messages)."""
     given = {"arrival": args.arrival, "rate_per_s": args.rate_per_s, "stagger_ms": args.stagger_ms,
@@ -130,6 +136,8 @@ def check_sim_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--max-steps must be from 0 to 64")
     if not 0.001 <= args.cost_scale <= 100:
         parser.error("--cost-scale must be from 0.001 to 100")
+    if not 0 <= args.off_round_tax <= 10:
+        parser.error("--off-round-tax must be from 0 to 10")
     if args.explain:
         try:
             explain_pattern(args)
@@ -138,7 +146,8 @@ def check_sim_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def sim_profile(args: argparse.Namespace) -> model.Profile:
-    return model.PROFILES[args.profile].with_overrides(cost_scale=args.cost_scale)
+    profile = model.PROFILES[args.profile].with_overrides(cost_scale=args.cost_scale)
+    return dataclasses.replace(profile, off_round_tax=args.off_round_tax)
 
 
 async def run_server(args: argparse.Namespace, app: web.Application, engine: Engine, faults: FaultPlan,
