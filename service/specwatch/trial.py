@@ -24,6 +24,7 @@ from .export import bench_report
 from .export.progress import progress_for
 from .launch import Server, wait_ready
 from .options import default
+from .probe import prompts as prompt_sets
 from .probe.bounded import BenchSpec, collect
 from .records import ApiChoice, RunInfo, ServerSample
 from .results import ConfigResult, LevelResult
@@ -197,6 +198,8 @@ def measure_levels(sw: SweepSpec, spec: BenchSpec, log_path: Path | None
     import uvloop
 
     by_c: dict[int, LevelResult] = {}
+    plist = prompt_sets.read(spec.prompts) if spec.prompts else prompt_sets.builtin()
+    texts = {p.id: p.as_text() for p in plist}  # for the random-token check
     first: RunInfo | None = None
     for c in sw.levels:
         spec_c = level_spec(spec, c)
@@ -210,7 +213,7 @@ def measure_levels(sw: SweepSpec, spec: BenchSpec, log_path: Path | None
             progress.close()
         level = log_samples(log_path, start, log_size(log_path)) if log_path else []
         load, source = server_log.level_load(level, info.server_running)
-        analysed = analyse(info, records)
+        analysed = analyse(info, records, texts)
         print(bench_report.text(analysed.doc, records), flush=True)
         reasons = analysed.doc.all_failed()
         if reasons:

@@ -84,6 +84,8 @@ def test_a_sweep_level_carries_its_checks_and_sweep_json_merges_them(procs, tmp_
         assert c["ok"] is not bool(failed)
         assert not failed or " stream(s): " in c["detail"]
     assert "Checks over every level:" in p.stdout
+    synthetic = {k["name"]: k for k in levels["1"]["checks"]}["synthetic_prompts"]
+    assert synthetic["detail"] == "0 of 4 distinct prompts read as random tokens"  # the texts were checked
 
 
 def start_daemon(procs, *flags):
