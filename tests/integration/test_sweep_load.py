@@ -58,10 +58,12 @@ def test_sweep_over_concurrency_finds_each_crossover_and_prints_the_schedule(tmp
     # per load band: speculation (k=3 or 7) at low load, and the schedule ready to paste
     assert "concurrency    1: steps=" in p.stdout
     sched = next(ln for ln in p.stdout.splitlines() if ln.startswith("Schedule (batch sizes lo-hi"))
-    ranges = [tuple(map(int, part.replace("-", " ").replace(":", " ").split()))
-              for part in sched.split("): ")[1].split(", ")]
+    body, measured = sched.split("): ")[1].split(" (measured up to ")
+    ranges = [tuple(map(int, part.replace("-", " ").replace(":", " ").split())) for part in body.split(", ")]
     assert ranges[0][0] == 1 and ranges[0][2] in (3, 7)
     assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
+    # no range past the largest load measured, and the schedule says so
+    assert ranges[-1][1] == LEVELS[-1] and measured == f"{LEVELS[-1]})"
     # an SGLang server (the simulator is 0.5.23, EAGLE3 topk 1): only SGLang's flags, with the slots file
     assert "vLLM" not in p.stdout.split("Schedule (batch sizes")[1].split("Batch term")[0]
     if len({k for _, _, k in ranges}) > 1:

@@ -67,8 +67,10 @@ def test_every_output_of_a_sweep_gives_the_same_answer(tmp_path):
     # no opposite advice: the pick, the schedule and the advisor's best say the same of speculation
     speculate = lowest["pick"] != "baseline"
     schedule = next(ln for ln in term.splitlines() if ln.startswith("Schedule (batch sizes"))
-    assert schedule.split("): ")[1].startswith("1-") and (schedule.split("): ")[1].split(", ")[0].endswith(": 0")
-                                                          != speculate), schedule
+    ranges = schedule.split("): ")[1]
+    assert ranges.endswith(f" (measured up to {LEVELS[-1]})"), schedule  # and no range past it
+    first = ranges.removesuffix(f" (measured up to {LEVELS[-1]})").split(", ")[0]
+    assert first.startswith("1-") and first.endswith(": 0") != speculate, schedule
     best = next(ln for ln in term.splitlines() if ln.startswith("Best predicted:"))
     fastest = next(c for c in compared if c["label"] == lowest["fastest"] and c["concurrency"] == LEVELS[0]) \
         if lowest["fastest"] != "baseline" else None
