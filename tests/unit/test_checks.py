@@ -43,15 +43,18 @@ def test_prefix_cache(cached, prompt, ok, measured):
     assert (c.ok, c.measured) == (ok, measured)
 
 
-@pytest.mark.parametrize(("queued", "ttft", "tpot", "ok", "measured"), [
-    ([0, 0, 0], 5.0, 1.0, True, True),  # the server's own metric wins over the TTFT heuristic
-    ([0, 3, 0], 1.0, 1.0, False, True),
-    ([0] * 7 + [1], 1.0, 1.0, True, True),  # one request caught before its scheduling step: no queue
-    ([], 1.1, 1.0, True, True), ([], 2.5, 1.0, False, True),
-    ([], 2.5, 2.0, True, True),  # TTFT rose with the decoding: a heavier batch, not a queue
-    ([], None, None, True, False)])
-def test_server_queueing(queued, ttft, tpot, ok, measured):
-    c = checks.server_queueing(queued, ttft, tpot)
+@pytest.mark.parametrize(("queued", "running", "ttft", "tpot", "ok", "measured"), [
+    ([0, 0, 0], [2, 2], 5.0, 1.0, True, True),  # the server's own metric wins over the TTFT heuristic
+    ([0, 3, 3], [2, 2, 2], 1.0, 1.0, False, True),  # a closed loop of 5 on 2 slots
+    ([0, 1, 0, 1, 0], [2, 2], 1.0, 1.0, True, True),  # requests waiting for the next step, now and then
+    ([2, 3, 2], [256, 250], 1.0, 1.0, True, True),  # a busy server's few arrivals between steps
+    ([20, 28, 30], [2, 2, 2], 1.0, 1.0, False, True),  # an open loop far above its pace
+    ([1, 1, 1], [], 1.0, 1.0, False, True),  # waiting while nothing ran
+    ([], [], 1.1, 1.0, True, True), ([], [], 2.5, 1.0, False, True),
+    ([], [], 2.5, 2.0, True, True),  # TTFT rose with the decoding: a heavier batch, not a queue
+    ([], [], None, None, True, False)])
+def test_server_queueing(queued, running, ttft, tpot, ok, measured):
+    c = checks.server_queueing(queued, running, ttft, tpot)
     assert (c.ok, c.measured) == (ok, measured)
 
 
@@ -193,8 +196,10 @@ def test_cached_prompts_trip_prefix_cache_and_no_report_is_not_measured():
 def test_ttft_rising_with_flat_tpot_trips_server_queueing_and_the_metric_wins():
     recs = [rec(i, intended_ms=i * 100, done_ms=i * 100 + 700 + 200 * i, ttft_ms=50 + 200 * i) for i in range(12)]
     assert not by_name(bench_checks(recs, OPEN))["server_queueing"].ok
-    assert by_name(bench_checks(recs, OPEN, queued=[0, 0]))["server_queueing"].ok
-    assert not by_name(bench_checks(clean(), OPEN, queued=[0, 2]))["server_queueing"].ok
+    quiet = dataclasses.replace(OPEN, server_running=(2, 2), server_queued=(0, 0))
+    assert by_name(bench_checks(recs, quiet))["server_queueing"].ok
+    queue = dataclasses.replace(OPEN, server_running=(2, 2), server_queued=(2, 3))
+    assert not by_name(bench_checks(clean(), queue))["server_queueing"].ok
 
 
 def test_short_outputs_under_ignore_eos_trip_output_length():

@@ -15,24 +15,26 @@ from . import checks
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """What the run asked of the server, as the checks need it."""
+    """What the run asked of the server, and what the server's ``/metrics`` said of its load meanwhile."""
 
     open_loop: bool
     max_tokens: int
     ignore_eos: bool
+    server_running: tuple[int, ...] = ()  # busy samples only
+    server_queued: tuple[int, ...] = ()  # every sample
 
     @classmethod
     def of(cls, info: RunInfo) -> Asked:
         """From the run's schedule and its bench options (``RunInfo.settings``, read here only)."""
         s = info.settings
-        return cls(info.schedule.request_rate != "inf", int(s.get("max_tokens") or 0), bool(s.get("ignore_eos")))
+        return cls(info.schedule.request_rate != "inf", int(s.get("max_tokens") or 0), bool(s.get("ignore_eos")),
+                   info.server_running, info.server_queued)
 
 
-def bench_checks(records: Sequence[RequestRecord], asked: Asked, queued: Sequence[float] = (),
-                 texts: Mapping[str, str] | None = None) -> tuple[Check, ...]:
-    """Every check, in ``CHECKS`` order. ``records``: the measured ones; ``queued``: the server's waiting requests
-    at each metrics sample; ``texts``: prompt id to text where the prompts are at hand (None: the random-token
-    test is not run)."""
+def bench_checks(records: Sequence[RequestRecord], asked: Asked, texts: Mapping[str, str] | None = None
+                 ) -> tuple[Check, ...]:
+    """Every check, in ``CHECKS`` order. ``records``: the measured ones; ``texts``: prompt id to text where the
+    prompts are at hand (None: the random-token test is not run)."""
     ok = [r for r in records if r.ok]
     used = {r.prompt_id for r in records}
     rand = None if texts is None else sum(checks.random_like(texts[p]) for p in used if p in texts)
@@ -40,7 +42,7 @@ def bench_checks(records: Sequence[RequestRecord], asked: Asked, queued: Sequenc
     return (checks.achieved_rate(*rates(records) if asked.open_loop else (None, None)),
             checks.repeat_spread(repeat_rates(ok)),
             prefix_cache(records),
-            checks.server_queueing(queued, ttft_rise, tpot_rise),
+            checks.server_queueing(asked.server_queued, asked.server_running, ttft_rise, tpot_rise),
             checks.acceptance_identity(*identity_figures(ok), "the requests' token counts vs the server's "
                                        "per-request histograms, pooled"),
             checks.output_length(asked.ignore_eos, asked.max_tokens, [r.output_tokens for r in ok]),

@@ -50,7 +50,7 @@ def analyse(info: RunInfo, records: Sequence[RequestRecord], texts: Mapping[str,
                                    steady=steady),
                    by_domain=by_domain(domains),
                    runs=tuple(replace(RunResult.of(r), phase=split.phase_of(r)) for r in measured))
-    doc = replace(doc, checks=bench_checks(measured, Asked.of(info), info.server_queued, texts))
+    doc = replace(doc, checks=bench_checks(measured, Asked.of(info), texts))
     return Analysis(doc, interval)
 
 

@@ -20,9 +20,11 @@ The rules, one per check (thresholds are module constants):
   ``CACHED_SHARE`` (10%) of the prompt tokens were cached (a shared chat template's few tokens stay under it):
   TTFT and prefill cost are then understated.
 - ``server_queueing``: requests waiting inside the server. From its metrics (``sglang:num_queue_reqs``,
-  ``vllm:num_requests_waiting``) when given: waiting requests in more than ``QUEUED_SHARE`` (a quarter) of the
-  samples fail it (a request caught between its arrival and the next scheduling step is no queue). Else from
-  the requests: the last
+  ``vllm:num_requests_waiting``) when given: it fails when the median waiting count is above zero and above
+  ``QUEUE_SHARE`` (5%) of the median running count. A request that arrives during a decode step waits for the
+  next one: a closed loop of 2 streams on the simulator showed one waiting in 3 of 10 samples, and a busy server
+  always holds a few such; a server that cannot keep up holds them in most samples, and many. Else from the
+  requests: the last
   third's median TTFT more than ``TTFT_RISE`` (2x) the first third's while the median TPOT rose less than
   ``TPOT_RISE`` (1.5x): time spent before the first token grew, not the decoding.
 - ``acceptance_identity``: mean accept length = 1 + the sum of per-position acceptance (each round yields its
@@ -46,7 +48,7 @@ RATE_SHARE = 0.95
 SPREAD = 0.05
 CACHED_SHARE = 0.10
 TTFT_RISE = 2.0
-QUEUED_SHARE = 0.25
+QUEUE_SHARE = 0.05
 TPOT_RISE = 1.5
 IDENTITY_TOLERANCE = 0.02
 FUNCTION_WORD_SHARE = 0.05
@@ -98,14 +100,18 @@ def prefix_cache(cached_tokens: int | None, prompt_tokens: int, requests_hit: in
                  f"is {100 * CACHED_SHARE:.0f}%: TTFT is understated when it is over")
 
 
-def server_queueing(queued: Sequence[float], ttft_rise: float | None, tpot_rise: float | None) -> Check:
-    """``queued``: the server's waiting requests at each metrics sample (empty: none reported); the rises: the
-    last third's median TTFT and TPOT over the first third's (None: too few requests)."""
+def server_queueing(queued: Sequence[float], running: Sequence[float], ttft_rise: float | None,
+                    tpot_rise: float | None) -> Check:
+    """``queued``, ``running``: the server's waiting and running requests at its metrics samples (empty: none
+    reported); the rises: the last third's median TTFT and TPOT over the first third's (None: too few requests)."""
     if queued:
+        mq = statistics.median(queued)
+        mr = statistics.median(running) if running else 0.0
         waiting = sum(1 for q in queued if q > 0)
-        return Check("server_queueing", waiting <= QUEUED_SHARE * len(queued), f"the server reported requests "
-                     f"waiting in its queue in {waiting} of {len(queued)} sample(s) (up to {max(queued):g}; the "
-                     f"limit is {100 * QUEUED_SHARE:.0f}% of them)")
+        return Check("server_queueing", mq <= 0 or mq <= QUEUE_SHARE * mr, f"the server's median waiting "
+                     f"requests {mq:g} against {mr:g} running, over {len(queued)} sample(s) ({waiting} with any "
+                     f"waiting, up to {max(queued):g}; fails when over 0 and over {100 * QUEUE_SHARE:.0f}% of the "
+                     "running)")
     if ttft_rise is None or tpot_rise is None:
         return unmeasured("server_queueing", "no waiting-request figure from the server, and no TTFT trend over "
                           "enough requests")

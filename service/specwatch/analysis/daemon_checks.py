@@ -25,7 +25,8 @@ def daemon_checks(recent: RecentProbes, last: Iterable[ServerSample], max_tokens
             checks.unmeasured("repeat_spread", "the daemon measures windows, not repeats of one cell (bench and "
                               "sweep measure it)"),
             checks.prefix_cache(recent.cached_tokens, recent.reported_prompt_tokens, recent.cached_requests),
-            checks.server_queueing([s.queued for s in reports if s.queued is not None], None, None),
+            checks.server_queueing([s.queued for s in reports if s.queued is not None],
+                                   [s.running for s in reports if s.running is not None and s.is_decode], None, None),
             identity(reports),
             checks.output_length(True, max_tokens, recent.ok_outputs),
             checks.synthetic_prompts(recent.requests, recent.distinct_prompts, recent.random_prompts))
