@@ -36,6 +36,14 @@ def test_an_open_loop_far_above_the_servers_pace_fails_achieved_rate(procs, tmp_
     assert queueing["ok"] is False and queueing["detail"].startswith("the server's median waiting requests")
 
 
+def test_an_open_loop_the_server_keeps_up_with_passes_achieved_rate(procs, tmp_path):
+    sim = procs.sim(*SPEC, "--enable-metrics")  # 48 slots; 4 requests a second of ~0.2 s each
+    checks, out = bench(sim.url, tmp_path, "--rate-per-s", "4", "--num-runs", "16", "--max-tokens", "16")
+    rate = checks["achieved_rate"]
+    assert rate["ok"] is True and rate["measured"] is True, out
+    assert checks["server_queueing"]["ok"] is True
+
+
 def test_without_server_metrics_a_rising_ttft_shows_the_queue(procs, tmp_path):
     sim = procs.sim(*SPEC, "--max-running-requests", "2")
     checks, _ = bench(sim.url, tmp_path, "--rate-per-s", "200", "--num-runs", "30", "--max-tokens", "24")
