@@ -133,8 +133,9 @@ class AdvisorFamily(_Family):
         lb = ["load_bucket"]
         self.running_steps = g("specwatch_advisor_running_steps", "Draft steps of the running configuration, as "
                                "the live advisor reads them (positions of acceptance reported; NaN: unknown).")
-        self.best = g("specwatch_advisor_best_steps", "The step count predicted fastest per stream at this load "
-                      "(0: plain decoding).", lb)
+        self.best = g("specwatch_advisor_best_steps", "The advisor's pick at this load: the step count whose "
+                      "predicted gain over plain decoding has the highest lower 95% bound, a tie going to the fewer "
+                      "steps (0: plain decoding).", lb)
         self.tps = g("specwatch_advisor_predicted_tokens_per_second", "Predicted per-stream decode tok/s of each "
                      "step count (0: plain decoding) at this load.", ["steps", "load_bucket"])
         self.gain = g("specwatch_advisor_predicted_gain_ratio", "The best step count's predicted tok/s over the "
