@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from ..results import ConfigResult
 from .engine_routing import Range, adaptive_slots, first_batch, router_graphs, slot_for, vllm_method
+from .off_range import note as off_note
 
 Engine = Literal["vllm", "sglang", "unknown"]
 
@@ -228,6 +229,11 @@ def measured_up_to(ranges: Sequence[Range], engine: Engine) -> str:
     return f"measured up to {hi} running requests: above {hi} {above} ({k}), which no measurement supports"
 
 
+def off_notes(ranges: Sequence[Range]) -> tuple[str, ...]:
+    """A schedule's 0 range, priced (``off_range``): it runs in a speculating server, not a plain one."""
+    return (off_note(ranges),) if 0 in {k for _, _, k in ranges} else ()
+
+
 def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
     ks = {k for _, _, k in ranges}
     have = f" (this server: {setup.version})" if setup.version else ""
@@ -247,7 +253,7 @@ def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
         return EngineAdvice(
             "vllm", f"vLLM ≥ 0.24.0{have}: add this key to the server's own --speculative-config JSON (the sweep did "
                     "not see it: give sweep --speculative-config, or --launch), with num_speculative_tokens set to "
-                    f"{max(ks)}", flags=key, notes=(measured_up_to(ranges, "vllm"), *VLLM_CAVEATS))
+                    f"{max(ks)}", flags=key, notes=(measured_up_to(ranges, "vllm"), *off_notes(ranges), *VLLM_CAVEATS))
     merged = {k: v for k, v in setup.speculative_config.items() if k != "num_speculative_tokens_per_batch_size"}
     merged["num_speculative_tokens"] = max(ks)
     merged["num_speculative_tokens_per_batch_size"] = schedule
@@ -261,7 +267,7 @@ def vllm_advice(ranges: Sequence[Range], setup: ServerSetup) -> EngineAdvice:
     return EngineAdvice("vllm", f"vLLM ≥ 0.24.0{have}: launch with the server's speculative config, the schedule "
                                 f"merged in and num_speculative_tokens = the largest k ({max(ks)}):",
                         flags="--speculative-config " + shlex.quote(json.dumps(merged)),
-                        notes=(*gate, measured_up_to(ranges, "vllm"), *VLLM_CAVEATS))
+                        notes=(*gate, measured_up_to(ranges, "vllm"), *off_notes(ranges), *VLLM_CAVEATS))
 
 
 def sglang_advice(ranges: Sequence[Range], setup: ServerSetup, out_dir: str) -> EngineAdvice:
@@ -302,7 +308,7 @@ def sglang_advice(ranges: Sequence[Range], setup: ServerSetup, out_dir: str) -> 
                "SGLang ≥ 0.5.14 meets a slot key with the running requests as they are (it pads them up to CUDA-graph "
                "batch sizes only when --cuda-graph-bs-decode is given: sweep a server launched with it and the keys "
                "follow its list)")
-    notes = [f"{routing}, so: {firsts}", measured_up_to(ranges, "sglang"),
+    notes = [f"{routing}, so: {firsts}", measured_up_to(ranges, "sglang"), *off_notes(ranges),
              f"--max-running-requests {running}: a slot above it is never reached",
              "without the file SGLang's built-in acceptance-driven slots apply, not this measured crossover"]
     return EngineAdvice("sglang", f"SGLang ≥ {'0.5.14' if 0 in ks else '0.5.13'}{have}, EAGLE/EAGLE3 with topk 1: "

@@ -71,6 +71,7 @@ from .cost_model import Fit
 from .engine_flags import EngineAdvice, ServerSetup, static_advice
 from .engine_flags import advise as schedule_advice
 from .load_sweep import schedule_of
+from .off_range import LoadRates, weigh
 from .spec_profile import SpeculationProfile
 
 Z_95 = 1.96
@@ -432,8 +433,26 @@ def with_flags(a: Advice, setup: ServerSetup) -> Advice:
         return a
     last = max(ok, key=lambda b: b.bucket)
     top = max(last.bucket, math.floor(last.mean_load))  # the schedule ends at the largest load measured
-    engine = static_advice(ks.pop(), setup) if len(ks) == 1 else schedule_advice(schedule_of(picks, top), setup)
-    return replace(a, engine=tuple(engine))
+    if len(ks) == 1:
+        return replace(a, engine=tuple(static_advice(ks.pop(), setup)))
+    ranges = schedule_of(picks, top)
+    # a 0 range priced, weighed over the load the daemon saw (each bucket's requests): the schedule, or the best
+    # single step count when the schedule does not beat it (``off_range``)
+    w = weigh(ranges, [bucket_rates(b) for b in ok], weights={b.bucket: float(b.requests) for b in ok})
+    if w is None or w.advise_schedule:
+        return replace(a, engine=tuple(schedule_advice(ranges, setup)))
+    if w.single_steps == a.running_steps:
+        return a
+    why = f"the schedule does not beat {w.single_name()} once its 0 range is priced"
+    return replace(a, engine=tuple(replace(e, headline=f"{e.headline} ({why})")
+                                   for e in static_advice(w.single_steps, setup)))
+
+
+def bucket_rates(b: BucketAdvice) -> LoadRates:
+    """A bucket's predicted per-stream rates, plain decoding's and each step count's, for ``off_range.weigh``."""
+    plain = b.prediction(0)
+    return LoadRates(b.bucket, plain.tokens_per_second.value if plain is not None else 0.0,
+                     tuple((p.steps, p.tokens_per_second.value) for p in b.predictions if p.steps > 0))
 
 
 def _steps(n: int) -> str:

@@ -16,14 +16,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..results import ConfigResult, levels, plain_of
 from .baseline import BaselineCurve, CurvePoint
 from .by_load import crossover
 from .comparisons import Band, bands
 from .cost_model import Fit
-from .engine_flags import EngineAdvice, advise, setup_of
+from .engine_flags import EngineAdvice, advise, setup_of, static_advice
+from .off_range import LoadRates, weigh
 
 
 def crossovers(results: Sequence[ConfigResult]) -> dict[str, float | None]:
@@ -145,9 +146,32 @@ def fit_batch(results: Sequence[ConfigResult], base: Fit) -> BatchFit | None:
     return BatchFit(base, a, t, len(rows))
 
 
+def load_rates(results: Sequence[ConfigResult]) -> list[LoadRates]:
+    """Per load measured: plain decoding's per-stream rate and each speculative step count's (the best of a
+    step count's configurations), for ``off_range.weigh``."""
+    plain = plain_of(results)
+    if plain is None:
+        return []
+    out = []
+    for c in levels(results):
+        base = plain.stream_tps(c)
+        by: dict[int, float] = {}
+        for r in results:
+            if r.ok and r.steps and (tps := r.stream_tps(c)):
+                by[r.steps] = max(by.get(r.steps, 0.0), tps)
+        if base:
+            out.append(LoadRates(c, base, tuple(sorted(by.items()))))
+    return out
+
+
 def engine_advice(results: Sequence[ConfigResult], out_dir: str = "") -> list[EngineAdvice]:
-    """The schedule the bands give, as the complete flags of the sweep's engine (``engine_flags``)."""
+    """The schedule the bands give, as the complete flags of the sweep's engine (``engine_flags``); the best
+    single configuration's flags instead when the schedule, its off range priced, does not beat it."""
     ranges = schedule(bands(results))
+    w = weigh(ranges, load_rates(results)) if ranges else None
+    if w is not None and not w.advise_schedule:
+        why = f"the schedule does not beat {w.single_name()} once its 0 range is priced"
+        return [replace(a, headline=f"{a.headline} ({why})") for a in static_advice(w.single_steps, setup_of(results))]
     return advise(ranges, setup_of(results), out_dir) if ranges else []
 
 
@@ -166,6 +190,8 @@ def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: ran
         lines.append(f"  {label} crosses plain decoding (measured): {crossing_text(cross, min(levels(results)))}")
     ranges = schedule(bs)
     lines += ["", "Schedule (batch sizes lo-hi: k draft steps, 0 = plain decoding): " + schedule_text(ranges)]
+    w = weigh(ranges, load_rates(results)) if ranges else None
+    lines += [f"  {ln}" for ln in (w.lines() if w is not None else [])]
     lines += [a.text() for a in advice]
     if base is not None:
         bf = fit_batch(results, base)
