@@ -1,9 +1,11 @@
 """``tune``'s records: OUT/tune.json, written through the codec after every launch (its schema, stable and
-documented in the README). Imports nothing from the project but the codec's conventions: plain frozen records."""
+documented in the README). Imports nothing from the project but ``results``' ``Check``: plain frozen records."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from .results import Check
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +50,4 @@ class TuneDoc:
     exhaustive_wall_s: float | None  # estimated from this run's mean launch time
     start: dict[str, str] = field(default_factory=dict)
     loads: tuple[int, ...] = ()
+    checks: tuple[Check, ...] = ()  # the honesty checks of every level measured, merged (``analysis.checks``)

@@ -59,6 +59,9 @@ def test_the_seed_story_ends_at_two_steps_in_three_launches_and_resumes(tmp_path
     assert "nothing else predicted above" in doc["stop_reason"] and doc["stop_reason"] in p.stdout
     assert "--speculative-num-steps 2 --speculative-num-draft-tokens 3" in "\n".join(doc["flags"])
     assert doc["exhaustive_launches"] == 11 and "an exhaustive sweep of the same range: 11 launches" in p.stdout
+    assert [c["name"] for c in doc["checks"]] == ["achieved_rate", "repeat_spread", "prefix_cache", "server_queueing",
+                                                  "acceptance_identity", "output_length", "synthetic_prompts"]
+    assert "Checks over every level:" in p.stdout  # and one line per failed check under it
     # the same --out again: nothing is launched, the same answer
     again = tune(out, port)
     assert again.returncode == 0, again.stdout[-3000:]

@@ -31,10 +31,12 @@ from typing import Any
 
 from .. import codec, options
 from ..analysis import baseline as baseline_mod
+from ..analysis import checks as honesty
 from ..analysis import comparisons, engine_flags, load_sweep, tune_plan
 from ..analysis.compare import margin
 from ..errors import AuthError, ConfigError, RecordFileError
 from ..export import sweep_tables
+from ..export.check_lines import lines as check_lines
 from ..options import default
 from ..results import ConfigResult, SweepDoc
 from ..trial import Step, SweepSpec, check_templates, parse_params, run_one, safe, save
@@ -257,11 +259,12 @@ def finish(run: Run, stop: str) -> TuneDoc:
     exhaustive = len([s for s in t.space if s > 0]) + (1 if t.sweep.baseline_launch or 0 in t.space else 0)
     doc = TuneDoc(tuple(run.launches), best, stop, tuple(flags(results, run.out)), run.speculative,
                   round(time.monotonic() - run.started, 1), exhaustive, round(per * exhaustive, 1) if per else None,
-                  {t.name: str(t.start)}, tuple(t.sweep.levels))
+                  {t.name: str(t.start)}, tuple(t.sweep.levels), honesty.of_sweep(results))
     print(summary(doc, t))
+    print("\n".join(["", "Checks over every level:", *check_lines(doc.checks, where="tune.json")]))
     cmp, picks = comparisons.records(results, start.label if start else None)
     save(run.out / "sweep.json", SweepDoc(tuple(results), best[min(best)].sentence if best else None, None,
-                                          comparisons=cmp, picks=picks))
+                                          comparisons=cmp, picks=picks, checks=doc.checks))
     save(run.out / "tune.json", doc)
     print(f"\nresults: {run.out / 'tune.json'}, {run.out / 'sweep.json'} (specwatch advise --from)")
     return doc
