@@ -24,9 +24,10 @@ The rules, one per check (thresholds are module constants):
   ``QUEUE_SHARE`` (5%) of the median running count. A request that arrives during a decode step waits for the
   next one: a closed loop of 2 streams on the simulator showed one waiting in 3 of 10 samples, and a busy server
   always holds a few such; a server that cannot keep up holds them in most samples, and many. Else from the
-  requests: the last
-  third's median TTFT more than ``TTFT_RISE`` (2x) the first third's while the median TPOT rose less than
-  ``TPOT_RISE`` (1.5x): time spent before the first token grew, not the decoding.
+  requests: the last third's median TTFT more than ``TTFT_RISE`` (2x) the first third's while the median TPOT
+  rose less than ``TPOT_RISE`` (1.5x): time spent before the first token grew, not the decoding.
+- ``acceptance_identity`` in a bench run compares the requests' token counts with their verify-round
+  histograms (``analysis.bench_checks.identity_figures``: a last round cut short by max_tokens is added back).
 - ``acceptance_identity``: mean accept length = 1 + the sum of per-position acceptance (each round yields its
   accepted drafts plus one). Fails when they differ by more than ``IDENTITY_TOLERANCE`` (0.02; NVIDIA
   Model-Optimizer's bound): one of the two is mis-counted (data-parallel servers under-count positions).
@@ -47,8 +48,8 @@ from ..results import CHECKS, Check, CheckName, ConfigResult
 RATE_SHARE = 0.95
 SPREAD = 0.05
 CACHED_SHARE = 0.10
-TTFT_RISE = 2.0
 QUEUE_SHARE = 0.05
+TTFT_RISE = 2.0
 TPOT_RISE = 1.5
 IDENTITY_TOLERANCE = 0.02
 FUNCTION_WORD_SHARE = 0.05
@@ -170,10 +171,6 @@ def random_like(text: str) -> bool:
     if len(words) < MIN_WORDS:
         return False
     return sum(w in FUNCTION_WORDS for w in words) < FUNCTION_WORD_SHARE * len(words)
-
-
-def failed(checks: Iterable[Check]) -> list[Check]:
-    return [c for c in checks if c.failed]
 
 
 def unreliable(checks: Iterable[Check]) -> tuple[str, ...]:
