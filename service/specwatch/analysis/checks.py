@@ -26,11 +26,11 @@ The rules, one per check (thresholds are module constants):
   always holds a few such; a server that cannot keep up holds them in most samples, and many. Else from the
   requests: the last third's median TTFT more than ``TTFT_RISE`` (2x) the first third's while the median TPOT
   rose less than ``TPOT_RISE`` (1.5x): time spent before the first token grew, not the decoding.
-- ``acceptance_identity`` in a bench run compares the requests' token counts with their verify-round
-  histograms (``analysis.bench_checks.identity_figures``: a last round cut short by max_tokens is added back).
 - ``acceptance_identity``: mean accept length = 1 + the sum of per-position acceptance (each round yields its
   accepted drafts plus one). Fails when they differ by more than ``IDENTITY_TOLERANCE`` (0.02; NVIDIA
-  Model-Optimizer's bound): one of the two is mis-counted (data-parallel servers under-count positions).
+  Model-Optimizer's bound): one of the two is mis-counted (data-parallel servers under-count positions). A
+  bench run compares the requests' token counts with their verify-round histograms
+  (``analysis.bench_checks.identity_figures``: a last round cut short by max_tokens is added back).
 - ``output_length`` (with ``--ignore-eos`` only): an ok request that ended short of ``max_tokens`` fails it.
 - ``synthetic_prompts``: one prompt for every request (n >= 2), or prompts that read as random tokens (fewer
   than ``FUNCTION_WORD_SHARE`` of their words are common English function words, over at least
