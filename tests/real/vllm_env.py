@@ -181,6 +181,20 @@ def patch_55005() -> str:
     return "applied"
 
 
+def patch_synthetic() -> str:
+    """Let the CPU vLLM serve forced acceptance (``vllm_synthetic.py``): 'applied' or 'already applied';
+    ``SetupError`` naming the file when the installed vLLM is not the code the patch was written for."""
+    from vllm_synthetic import PatchError, apply
+
+    found = list(venv_dir().glob("lib/python3*/site-packages"))
+    if len(found) != 1:
+        raise SetupError(f"synthetic acceptance patch: expected one site-packages in the vLLM venv, found {len(found)}")
+    try:
+        return apply(found[0])
+    except PatchError as exc:
+        raise SetupError(str(exc)) from None
+
+
 def build_model() -> float:
     """The tiny model (deterministic, from the stdlib sources of the venv's Python); returns seconds taken, 0
     when the cached one was built by the same builder."""
@@ -240,6 +254,7 @@ def ensure() -> dict[str, float]:
     venv_dir().parent.mkdir(parents=True, exist_ok=True)
     took = {"install_s": install()}
     patch_55005()
+    patch_synthetic()
     return took | {"model_s": build_model(), "head_s": build_head()}
 
 
