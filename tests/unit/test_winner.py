@@ -47,6 +47,10 @@ def one_load(cells: dict[str, tuple[int, list[float]]], running: str | None = No
     # repeats far apart: the best mean (+50%) is no winner; the tight +6% is
     ({"baseline": (0, PLAIN), "k=5": (5, FAR_APART), "k=2": (2, TIGHT_6)}, "k=2",
      "k=5 has the higher mean, +50.0%, but its 95% interval reaches lower"),
+    # a tie with plain decoding, and the far-apart best mean named with why it did not win
+    ({"baseline": (0, PLAIN), "k=1": (1, [100.5, 99.5, 100.0, 101.0, 99.0]), "k=5": (5, FAR_APART)}, "baseline",
+     "a tie -> baseline (a tie goes to the fewer draft steps: plain decoding) (k=5 has the higher mean, +50.0%, but "
+     "its 95% interval reaches lower, -44.7%)"),
     # alone, the far-apart cell ties plain decoding: plain decoding
     ({"baseline": (0, PLAIN), "k=5": (5, FAR_APART)}, "baseline",
      "a tie -> baseline (a tie goes to the fewer draft steps: plain decoding)"),

@@ -118,14 +118,15 @@ class Band:
         return text + self._why() + tail
 
     def _why(self) -> str:
+        why = ""
         if self.winner == self.reference:
             s = self.head_score
             if s is not None and s.tie:
-                return " (a tie goes to the fewer draft steps: " + ("plain decoding)" if self.plain else
-                                                                       f"{self.reference})")
-            return " (not faster than plain decoding)" if self.plain else f" (not faster than {self.reference})"
-        why = ""
-        if self.tie is not None:
+                why = " (a tie goes to the fewer draft steps: " + ("plain decoding)" if self.plain else
+                                                                      f"{self.reference})")
+            else:
+                why = " (not faster than plain decoding)" if self.plain else f" (not faster than {self.reference})"
+        elif self.tie is not None:
             why = f" (a tie with {self.best}, {self.tie.interval_text()}, with fewer draft steps"
             c = self.comparison
             if self.plain and c is not None and c.margin is not None:
