@@ -146,6 +146,26 @@ class BenchResult:
     event_loop_lag: ClientLag = ClientLag()
     steady: SteadyWindow = SteadyWindow()  # the figures above are the whole measured phase's; these the window's
 
+    @property
+    def stream_decode_tps(self) -> float | None:
+        """Per-stream decode tok/s as sweep and tune compare configurations: the steady window's, where all the
+        run's streams were in flight (at N streams, N streams' figure), else the whole measured phase's (one
+        stream, an open loop, a window too short to be steady)."""
+        return self._windowed(self.steady.decode_tokens_per_second, self.decode_tokens_per_second)
+
+    @property
+    def request_tps(self) -> float | None:
+        """The seed's per-request tok/s (tokens over the whole request), by ``stream_decode_tps``'s rule."""
+        return self._windowed(self.steady.tokens_per_second, self.avg_tokens_per_second)
+
+    @property
+    def aggregate_tps(self) -> float | None:
+        """Every stream's output tok/s, by ``stream_decode_tps``'s rule."""
+        return self._windowed(self.steady.output_tokens_per_second, self.overall_tokens_per_second)
+
+    def _windowed(self, window: float | None, whole: float | None) -> float | None:
+        return window if self.steady.steady and window else whole
+
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
@@ -268,7 +288,11 @@ class LevelResult:
     checks: tuple[Check, ...] = ()  # the level's bench checks (``analysis.checks``)
 
     def per_request_decode(self) -> list[float]:
-        return [r.decode_tokens_per_second for r in self.runs if r.ok and r.decode_tokens_per_second]
+        """Per-request decode tok/s of the ok runs: the steady window's where it has one (``stream_decode_tps``'s
+        rule), else every measured one."""
+        steady = self.results.steady.steady and self.results.steady.decode_tokens_per_second is not None
+        return [r.decode_tokens_per_second for r in self.runs if r.ok and r.decode_tokens_per_second
+                and (not steady or r.phase == "steady")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,8 +347,9 @@ class ConfigResult:
 
     @property
     def decode_tokens_per_second(self) -> float | None:
-        """Per-stream decode tok/s (tokens after the first ÷ first → last token)."""
-        return self.results.decode_tokens_per_second if self.results else None
+        """Per-stream decode tok/s (tokens after the first ÷ first → last token; the steady window's where the
+        level has one: ``BenchResult.stream_decode_tps``)."""
+        return self.results.stream_decode_tps if self.results else None
 
     @property
     def cycle_s(self) -> float | None:
@@ -339,7 +364,7 @@ class ConfigResult:
     def stream_tps(self, c: int) -> float | None:
         """Per-stream decode tok/s at concurrency ``c`` (None where not measured)."""
         lvl = self.by_concurrency.get(c)
-        return lvl.results.decode_tokens_per_second if lvl is not None else None
+        return lvl.results.stream_decode_tps if lvl is not None else None
 
     def per_request(self, c: int) -> list[float]:
         """Per-request decode tok/s of the ok runs at concurrency ``c``."""

@@ -230,11 +230,13 @@ def measure_levels(sw: SweepSpec, spec: BenchSpec, log_path: Path | None
 
 
 def level_spec(spec: BenchSpec, c: int) -> BenchSpec:
-    """At ``c`` streams: at least two measured requests per stream (warmup stays sequential and as given: it
-    warms the server, while the closed loop's first round fills the batch at once)."""
+    """At ``c`` streams: at least four measured requests per stream, so that two per stream run inside the steady
+    window (the first and last of each stream are its ramp-up and drain: ``analysis.steady_window``) and the
+    level's figures are ``c`` streams' (warmup stays sequential and as given: it warms the server, while the
+    closed loop's first round fills the batch at once)."""
     if c == 1:
         return spec
-    return dataclasses.replace(spec, concurrency=c, num_runs=max(spec.num_runs, 2 * c))
+    return dataclasses.replace(spec, concurrency=c, num_runs=max(spec.num_runs, 4 * c))
 
 
 def safe(name: str) -> str:

@@ -64,7 +64,7 @@ def points_of(r: ConfigResult) -> tuple[ParetoPoint, ...]:
     out = []
     for c in r.levels:
         res = r.by_concurrency[c].results
-        user, agg = res.decode_tokens_per_second, res.overall_tokens_per_second
+        user, agg = res.stream_decode_tps, res.aggregate_tps
         if user and agg:
             out.append(ParetoPoint(r.label, c, user, agg))
     return tuple(out)

@@ -49,9 +49,9 @@ def html(results: Sequence[ConfigResult], band: Band | None, base_tps: float | N
             continue
         res, vs = r.at(c0).results, cmp.get((r.label, c0))
         rows.append(f'<tr class="{"win" if band and r.label == band.winner else ""}"><td>{escape(r.label)}</td>'
-                    f'<td>{fmt(res.decode_tokens_per_second if res else None, ".1f")}</td>'
-                    f'<td>{fmt(res.avg_tokens_per_second if res else None, ".1f")}</td>'
-                    f'<td>{fmt(res.overall_tokens_per_second if res else None, ".1f")}</td>'
+                    f'<td>{fmt(res.stream_decode_tps if res else None, ".1f")}</td>'
+                    f'<td>{fmt(res.request_tps if res else None, ".1f")}</td>'
+                    f'<td>{fmt(res.aggregate_tps if res else None, ".1f")}</td>'
                     f'<td>{fmt(r.at(c0).accept_length, ".2f")}</td><td>{res.ok if res else 0}</td>'
                     f'<td>{escape(vs.short() if vs else "-")}</td></tr>')
     where = f" (at {c0} stream{'s' if c0 > 1 else ''}, the lowest load)" if len(levels(results)) > 1 else ""

@@ -31,10 +31,14 @@ def table(results: Sequence[ConfigResult], c: int) -> str:
         if c not in r.by_concurrency or res is None:
             lines.append(f"{r.label:<24}  not measured at {c} streams")
             continue
-        lines.append(f"{r.label:<24}{fmt(res.decode_tokens_per_second, '.1f'):>14}"
-                     f"{fmt(res.avg_tokens_per_second, '.1f'):>10}{fmt(res.overall_tokens_per_second, '.1f'):>10}"
+        lines.append(f"{r.label:<24}{fmt(res.stream_decode_tps, '.1f'):>14}"
+                     f"{fmt(res.request_tps, '.1f'):>10}{fmt(res.aggregate_tps, '.1f'):>10}"
                      f"{fmt(at.accept_length):>8}{fmt(r.log_accept_length):>9}"
                      f"{fmt(None if cyc is None else cyc * 1e3):>10}  {vs.short() if vs else '-'}")
+    windowed = [r.by_concurrency[c].results.steady.steady for r in results if r.ok and c in r.by_concurrency]
+    if c > 1 and windowed:
+        lines.append(f"(at {c} streams: each configuration's steady window, all {c} streams in flight, where it has "
+                     f"one: {sum(windowed)} of {len(windowed)}; ramp-up and drain recorded apart)")
     return "\n".join(lines)
 
 
@@ -60,8 +64,8 @@ def write_csv(path: Path, results: Sequence[ConfigResult]) -> None:
                 assert res is not None
                 lat = res.latency_seconds
                 m = vs.margin if vs else None
-                w.writerow([r.label, c, r.status, res.decode_tokens_per_second, res.avg_tokens_per_second,
-                            res.overall_tokens_per_second, request_throughput(at), at.accept_length,
+                w.writerow([r.label, c, r.status, res.stream_decode_tps, res.request_tps,
+                            res.aggregate_tps, request_throughput(at), at.accept_length,
                             r.log_accept_length, lat["ttft"].p50 if "ttft" in lat else None,
                             lat["itl"].mean if "itl" in lat else None, m.ratio if m else None,
                             m.low if m else None, m.high if m else None, vs.outcome if vs else None,
