@@ -325,6 +325,21 @@ def _interval(q: Callable[[_Point], float], centre: _Point, stat: Sequence[tuple
     return Estimate(v, max(0.0, v - down), v + up)
 
 
+def _cycle_or_why(b: LoadBucket, plain_tps: float | None, acc: Acceptance | None, min_requests: int
+                  ) -> float | str:
+    """The running configuration's cycle time at the bucket's load, or why the bucket cannot be advised."""
+    if b.requests < min_requests:
+        return f"not enough data: {b.requests} of {min_requests} probes at this load"
+    if plain_tps is None or plain_tps <= 0:
+        return "no plain-decoding rate at this load (give --baseline-curve covering it)"
+    if acc is None or not acc.positions:
+        return "no per-position acceptance yet (the server logs none and the probes' histograms are too few)"
+    cyc = b.cycle_s
+    if cyc is None and b.tokens_per_second > 0:  # vLLM without --per-request-spec-decode-metrics: see above
+        cyc = (1.0 + sum(acc.positions)) / b.tokens_per_second
+    return cyc if cyc is not None else "the probes at this load measured no decode rate"
+
+
 def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: float | None, acc: Acceptance | None,
                   prior: Prior | None, max_steps: int, min_requests: int, extrapolate: bool = True) -> BucketAdvice:
     """``extrapolate`` False (``engine_flags.chain_draft``: a tree, topk > 1, or lookup drafting): predicting a
@@ -332,17 +347,10 @@ def advise_bucket(b: LoadBucket, plain_tps: float | None, plain_rel_stderr: floa
     def no(status: str) -> BucketAdvice:
         return BucketAdvice(b.bucket, b.mean_load, b.requests, status)
 
-    if b.requests < min_requests:
-        return no(f"not enough data: {b.requests} of {min_requests} probes at this load")
-    if plain_tps is None or plain_tps <= 0:
-        return no("no plain-decoding rate at this load (give --baseline-curve covering it)")
-    if acc is None or not acc.positions:
-        return no("no per-position acceptance yet (the server logs none and the probes' histograms are too few)")
-    cyc = b.cycle_s
-    if cyc is None and b.tokens_per_second > 0:  # vLLM without --per-request-spec-decode-metrics: see above
-        cyc = (1.0 + sum(acc.positions)) / b.tokens_per_second
-    if cyc is None:
-        return no("the probes at this load measured no decode rate")
+    cyc = _cycle_or_why(b, plain_tps, acc, min_requests)
+    if isinstance(cyc, str):
+        return no(cyc)
+    assert plain_tps is not None and acc is not None  # _cycle_or_why's checks
     chain = _Chain(acc, prior, max(max_steps, len(acc.positions)))
     model = _Model(chain, prior, b.bucket)
     if not model.ok_shape:

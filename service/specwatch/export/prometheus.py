@@ -48,6 +48,7 @@ from ..results import Check
 from ..server.scrape import dp_label
 from .advisor_series import AdvisorSeries
 from .families import AdvisorFamily, ProbeFamily, SelfFamily, ServerFamily, VerdictFamily
+from .positions import PositionSeries
 
 
 def window_label(seconds: float | None) -> str:
@@ -64,8 +65,7 @@ class Exporter:
     def __init__(self, targets: tuple[str, ...], windows_s: tuple[float, ...], max_positions: int = 16) -> None:
         self.registry = r = CollectorRegistry()
         self.targets = targets
-        self.max_positions = max_positions
-        self._shown: dict[tuple[int, tuple[str, ...]], int] = {}  # positions exported, per gauge and labels
+        self.positions = PositionSeries(max_positions)
         self.probe = ProbeFamily(r)  # registration order is the exposition's order
         self.quantiles = QuantileCollector()
         r.register(self.quantiles)
@@ -125,16 +125,7 @@ class Exporter:
             if value is not None:
                 gauge.labels(channel, dp).set(value)
         if s.position_acceptance:
-            self._positions(f.positions, (channel,), s.position_acceptance)
-
-    def _positions(self, gauge: Gauge, labels: tuple[str, ...], values: tuple[float, ...]) -> None:
-        """Per-position gauges, 1-based; a position no longer reported is removed, not left stale."""
-        values = values[: self.max_positions]
-        for i, p in enumerate(values, 1):
-            gauge.labels(*labels, str(i)).set(p)
-        for i in range(len(values) + 1, self._shown.get((id(gauge), labels), 0) + 1):
-            gauge.remove(*labels, str(i))
-        self._shown[(id(gauge), labels)] = len(values)
+            self.positions.set(f.positions, (channel,), s.position_acceptance)
 
     # ---- tick time ---------------------------------------------------------------------------
     def update_windows(self, label: str, per_target: Mapping[str, ProbeWindow]) -> None:
@@ -144,7 +135,7 @@ class Exporter:
             _set(p.accept.labels(tg, label), w.accept_length)
             _set(p.accept_server.labels(tg, label), w.server_reported_accept_length)
             _set(p.chunk_mean.labels(tg, label), w.tokens_per_chunk)
-            self._positions(p.positions, (tg, label), w.position_acceptance)
+            self.positions.set(p.positions, (tg, label), w.position_acceptance)
             for metric in LATENCY_METRICS:
                 self.quantiles.values[(tg, label, metric)] = w.latency_s[metric]
 

@@ -127,6 +127,27 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _cached(d: Any) -> int | None:
+    """Prompt tokens served from the prefix cache: SGLang's ``meta_info.cached_tokens``, or an OpenAI usage's
+    ``prompt_tokens_details.cached_tokens`` (vLLM and SGLang report it only when asked to)."""
+    n = _int(d.get("cached_tokens")) if isinstance(d, dict) else None
+    return n if n is not None and n >= 0 else None
+
+
+def apportion(chunk_tokens: array[int], chunk_chars: array[int], final: int | None
+              ) -> tuple[array[int] | None, int | None]:
+    """Unknown per-chunk counts (0) filled from the final total: (the counts, None) when exact (every chunk one
+    token), (the counts by text length, their per-chunk bound) when apportioned, (None, None) when every count
+    was known (see ``tokens``)."""
+    if not chunk_tokens or all(n > 0 for n in chunk_tokens):
+        return None, None
+    chunks = len(chunk_tokens)
+    total = final if final is not None else chunks
+    if total == chunks:
+        return array("q", [1] * chunks), None
+    return array("q", by_length(chunk_chars, total)), chunk_bound(total, chunks)
+
+
 @dataclass(slots=True)
 class Attempt:
     """Mutable state of one request in flight; ``finish`` freezes it into a record."""
@@ -212,7 +233,7 @@ class Attempt:
             self.tokens = ct
         self.counted = True
         self.prompt_tokens = _int(meta.get("prompt_tokens")) or self.prompt_tokens
-        if (cached := _int(meta.get("cached_tokens"))) is not None and cached >= 0:
+        if (cached := _cached(meta)) is not None:
             self.cached_tokens = cached
         fin = meta.get("finish_reason")
         if fin is not None:
@@ -228,9 +249,7 @@ class Attempt:
         ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if isinstance(usage, dict):
             self.prompt_tokens = _int(usage.get("prompt_tokens")) or self.prompt_tokens
-            details = usage.get("prompt_tokens_details")  # vLLM / SGLang only when asked to report it
-            cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
-            if cached is not None and cached >= 0:
+            if (cached := _cached(usage.get("prompt_tokens_details"))) is not None:
                 self.cached_tokens = cached
         if ct is not None:
             ct = self._claim(ct)
@@ -256,17 +275,10 @@ class Attempt:
 
     def _apportion(self) -> bool:
         """Fill unknown per-chunk counts from the final total (see ``tokens``); returns whether exact."""
-        if not self.chunk_tokens or all(n > 0 for n in self.chunk_tokens):
-            return True
-        chunks = len(self.chunk_tokens)
-        total = self.final_tokens if self.final_tokens is not None else chunks
-        exact: list[int] | None = [1] * chunks if total == chunks else None
-        counts = exact if exact is not None else by_length(self.chunk_chars, total)
-        self.chunk_tokens = array("q", counts)
-        self.tokens = sum(counts)
-        if exact is None:
-            self.chunk_tokens_max = chunk_bound(total, chunks)
-        return exact is not None
+        counts, bound = apportion(self.chunk_tokens, self.chunk_chars, self.final_tokens)
+        if counts is not None:
+            self.chunk_tokens, self.tokens, self.chunk_tokens_max = counts, sum(counts), bound
+        return bound is None
 
     def finish(self, outcome: Outcome, done_ns: int, error: str = "", http_status: int | None = None
                ) -> RequestRecord:
