@@ -46,7 +46,7 @@ stats lines and /metrics, which the daemon then scrapes too). The simulators run
 stops everything. Reads no environment variable."""
 
 
-def main(argv: list[str]) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specwatch demo", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=5,
@@ -63,9 +63,14 @@ def main(argv: list[str]) -> int:
                    help="stop after this many seconds, 0: at Ctrl-C (default: 0 s)")
     p.add_argument("--view", default="auto", choices=("auto", "table", "log"),
                    help="terminal table (auto when stdout is a TTY) or log lines (default: auto)")
-    p.add_argument("--advisor-prior", default=None, metavar="SWEEP_JSON",
-                   help="sweep.json of a sweep of the simulator: the live advisor's cost shape (default: none)")
-    a = p.parse_args(argv)
+    p.add_argument("--advisor-prior", default=None, metavar="FILE",
+                   help="sweep.json of a sweep of the simulator (the live advisor's cost shape), or a "
+                        "speculation_profile.json (acceptance along the chain only) (default: none)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    a = parser().parse_args(argv)
     vllm = a.engine == "vllm"
     port = a.port or (8000 if vllm else 30000)
     tmp = Path(tempfile.mkdtemp(prefix="specwatch-demo-"))
