@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import json
 import re
+import signal
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -237,6 +238,20 @@ def level_spec(spec: BenchSpec, c: int) -> BenchSpec:
     if c == 1:
         return spec
     return dataclasses.replace(spec, concurrency=c, num_runs=max(spec.num_runs, 4 * c))
+
+
+def prepare(out: Path) -> None:
+    """OUT/results/ and OUT/logs/ made, and SIGTERM and SIGINT turned into KeyboardInterrupt, so that the current
+    server's process group is stopped (``run_one``'s ``finally``) and what finished is kept. SIGINT explicitly: a
+    run started from a script's background job inherits SIGINT ignored, and Ctrl-C / kill -INT must still stop it."""
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
 
 
 def safe(name: str) -> str:

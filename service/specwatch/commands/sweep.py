@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
 import statistics
 import sys
 import time
@@ -38,7 +37,7 @@ from ..errors import AuthError, ConfigError, RecordFileError
 from ..export import sweep_plots, sweep_report, sweep_tables
 from ..export.check_lines import lines as check_lines
 from ..results import ConfigResult, SweepDoc, levels
-from ..trial import Step, SweepSpec, check_templates, configs, fields, label, parse_params, run_one, safe, save
+from ..trial import Step, SweepSpec, check_templates, configs, fields, label, parse_params, prepare, run_one, safe, save
 
 
 class SweepClock:
@@ -207,16 +206,7 @@ def main(argv: list[str]) -> int:
         print(f"specwatch sweep: {exc}", file=sys.stderr)
         return 2
     out = Path(sw.out)
-    (out / "results").mkdir(parents=True, exist_ok=True)
-    (out / "logs").mkdir(exist_ok=True)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    # SIGINT too, explicitly: a sweep started from a script's background job inherits SIGINT ignored, and
-    # Ctrl-C / kill -INT must still stop the current server and keep what finished
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    prepare(out)
     try:
         results, interrupted = run_all(sw, todo, out)
     except AuthError as exc:

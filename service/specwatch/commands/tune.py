@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ from ..export import sweep_tables
 from ..export.check_lines import lines as check_lines
 from ..options import default
 from ..results import ConfigResult, SweepDoc
-from ..trial import Step, SweepSpec, check_templates, parse_params, run_one, safe, save
+from ..trial import Step, SweepSpec, check_templates, parse_params, prepare, run_one, safe, save
 from ..tune_results import TuneBest, TuneDoc, TuneLaunch
 
 
@@ -315,14 +314,7 @@ def main(argv: list[str]) -> int:
         print(f"specwatch tune: {exc}", file=sys.stderr)
         return 2
     out = Path(t.sweep.out)
-    (out / "results").mkdir(parents=True, exist_ok=True)
-    (out / "logs").mkdir(exist_ok=True)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    prepare(out)
     run = Run(t, out)
     try:
         stop = loop(run, plain)
