@@ -5,12 +5,13 @@ launching; a server that never answers is reported and the run goes on without i
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from conftest import free_port, specwatch_cmd
+from conftest import free_port, specwatch_cmd, wait_until
 from specwatch.sim import model, oracle
 from specwatch.sim.engine import EngineSettings
 from specwatch.sim.pattern import Pattern
@@ -91,3 +92,30 @@ def test_a_start_that_never_answers_is_reported_and_the_run_goes_on(procs, tmp_p
     measured = [la["steps"] for la in doc["launches"] if la["status"] == "ok"]
     assert measured[:2] == [0, 2], measured  # the start failed: the middle of the rest measured instead
     assert doc["best"]["1"]["steps"] in measured and doc["stop_reason"]
+
+
+def test_sigterm_stops_the_current_server_and_keeps_what_was_measured(tmp_path):
+    port = free_port()
+    sim = f"{sys.executable} -m specwatch sim --profile seed --cost-scale 0.2 --port {port}"
+    out = tmp_path / "out"
+    proc = subprocess.Popen(specwatch_cmd(
+        "tune", "--out", str(out), "--launch", sim + " --speculative-algorithm EAGLE3 --speculative-num-steps {steps} "
+        "--load-seconds 120", "--param", "steps=1..5", "--baseline-launch", sim, "--server-url",
+        f"http://127.0.0.1:{port}", "--max-tokens", "20", "--num-runs", "3", "--warmup", "0", "--grace-s", "5"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("launch: steps=3"):  # the start: the middle of 1..5, loading for two minutes
+            break
+    wait_until(lambda: (out / "logs" / "steps=3.out").exists()
+               and "Load weight begin" in (out / "logs" / "steps=3.out").read_text(), what="the start loading")
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    assert proc.wait(30) == 130, "".join(seen) + rest
+    doc = json.loads((out / "tune.json").read_text())
+    assert doc["stop_reason"] == "interrupted" and [la["steps"] for la in doc["launches"]] == [0]
+    assert (out / "results" / "baseline.json").exists() and not (out / "results" / "steps=3.json").exists()
+    left = subprocess.run(["pgrep", "-f", f"--port {port} "], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "the interrupted server is still running"
