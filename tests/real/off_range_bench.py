@@ -19,11 +19,13 @@ T975 = {3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10
 
 
 def decode_rate(url: str, streams: int, tmp: Path) -> float:
-    """Per-stream decode tok/s of one greedy bench at ``streams`` closed-loop streams."""
+    """Per-stream decode tok/s of one greedy bench at ``streams`` closed-loop streams: 256 tokens a request and at
+    least 4 requests (at 128 tokens and 2 requests a bench at one stream lasted well under a second, and rounds
+    of one run ranged from -8% to +175% on a shared machine)."""
     out = tmp / f"b-{streams}.json"
     p = subprocess.run(pinned(specwatch_cmd("bench", "--server-url", url, "--concurrency", str(streams),
-                                            "--num-runs", str(2 * streams), "--warmup", "0", "--max-tokens", "128",
-                                            "--temperature", "0", "--json", str(out))),
+                                            "--num-runs", str(max(4, 2 * streams)), "--warmup", "0",
+                                            "--max-tokens", "256", "--temperature", "0", "--json", str(out))),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return float(json.loads(out.read_text())["results"]["decode_tokens_per_second"])
