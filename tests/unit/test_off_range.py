@@ -106,3 +106,45 @@ def test_the_live_advice_weighs_the_off_range_over_the_load_it_saw(requests, sch
         assert "+6.6% time per output token" in text
     else:  # mostly at 32: 0.05 x 1.40 + 0.95 / 1.066 = 0.961 < plain decoding's 1.0
         assert "plain decoding wins" in text and "once its 0 range is priced" in text
+
+
+def sweep(k3: dict[int, float]) -> list:
+    """A sweep over load: plain decoding and k=3, four requests a cell within 1% of the rate given."""
+    from specwatch.results import BenchResult, ConfigResult, LevelResult, RunResult, Spread
+
+    def config(label: str, steps: int, rates: dict[int, float]) -> ConfigResult:
+        lv = {}
+        for c, x in rates.items():
+            reqs = [x * f for f in (0.99, 1.0, 1.01, 1.0)]
+            res = BenchResult(4, 4, x, x, x, x, x, {}, Spread(), 1.0 + steps * 0.5, None, None, 0, (), {"ok": 4}, {},
+                              0, None)
+            lv[c] = LevelResult(res, tuple(RunResult("p", "chat", "ok", 200, "", 100, 10, 1.0, 1.0, 0.0, 0.1, 50, t,
+                                                     None, None, None, True) for t in reqs))
+        return ConfigResult(label, {}, 0.0, "ok", steps=steps, draft_tokens=steps + 1, results=lv[1].results,
+                            runs=lv[1].runs, by_concurrency=lv)
+
+    return [config("baseline", 0, {1: 100.0, 4: 90.0, 16: 60.0, 24: 50.0}), config("k=3", 3, k3)]
+
+
+@pytest.mark.parametrize(("k3", "advised"), [
+    # +50%, +33% below the crossover: the schedule, its 0 range priced, 1.18x against k=3's 1.07x
+    ({1: 150.0, 4: 120.0, 16: 50.0, 24: 30.0}, "schedule"),
+    # +4% below it: (1.04 + 1.04 + 2 / 1.066) / 4 = 0.989x, under plain decoding's 1.0x
+    ({1: 104.0, 4: 93.6, 16: 50.0, 24: 30.0}, "plain"),
+])
+def test_the_sweep_advises_what_wins_once_the_off_range_is_priced(k3, advised):
+    from specwatch.analysis import load_sweep
+
+    results = sweep(k3)
+    advice = load_sweep.engine_advice(results)
+    text = load_sweep.report(results, None, range(0), advice)
+    assert "1-8: 3, 9-24: 0 (measured up to 24)" in text and "Off range (k=0 at load 16, 24)" in text
+    if advised == "schedule":
+        assert "the schedule is advised" in text and all("+6.6% time per output token" in a.text() for a in advice)
+    else:
+        assert "plain decoding is advised" in text
+        assert [a.headline for a in advice] == [
+            "vLLM: plain decoding wins: launch without --speculative-config (the schedule does not beat plain "
+            "decoding once its 0 range is priced)",
+            "SGLang: plain decoding wins: launch without --speculative-algorithm (the schedule does not beat plain "
+            "decoding once its 0 range is priced)"]
