@@ -75,3 +75,25 @@ def test_the_by_load_table_names_the_tax_of_a_scheduled_server():
     rows, _ = oracle.by_load(s, dataclasses.replace(PAT, requests=8), [1])
     text = oracle.format_by_load(s, PAT, rows, None)
     assert "+6.6% (off_round_tax)" in text and rows[0].speedup == pytest.approx(1 / 1.066, rel=1e-6)
+
+
+@pytest.mark.parametrize("surface", ["sglang", "vllm"])
+def test_both_flavours_take_the_flag_and_explain_body_carries_it(surface, tmp_path):
+    from specwatch.sim import cli, control, vllm_cli
+
+    if surface == "vllm":
+        cfg = {"method": "eagle3", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 64, 0]]}
+        args, _ = vllm_cli.parse(["--speculative-config", json.dumps(cfg), "--off-round-tax", "0.5"])
+        s = vllm_cli.engine_settings(args)
+    else:
+        path = tmp_path / "a.json"
+        path.write_text(json.dumps({"1": {"candidate_steps": [0]}, "64": {"candidate_steps": [3]}}))
+        args, _ = cli.parse(["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+                             "--speculative-eagle-topk", "1", "--speculative-adaptive", "--speculative-adaptive-config",
+                             str(path), "--off-round-tax", "0.5"])
+        s = cli.engine_settings(args)
+    assert s.profile.off_round_tax == 0.5
+    body = control.explain_body(s, {"streams": "1", "max_steps": "0", "output_tokens": "64", "requests": "6"}, 1)
+    assert body["off_round_tax"] == 0.5 and body["off_cycle_ms"] == pytest.approx(
+        model.cycle_ms(s.profile, model.SpecConfig()) * 1.5)
+    assert body["loads"][0]["speedup"] == pytest.approx(1 / 1.5, rel=1e-6)  # one stream: the tax exactly
