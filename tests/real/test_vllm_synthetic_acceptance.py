@@ -21,7 +21,7 @@ plain server. Checked:
   the mean of the rounds' ratios must be within the issue's 5% (``TOLERANCE``) — or within twice the paired
   ratio's standard error when that is larger: on two shared cores a minute in which another process takes a
   core (a server of another test starting: one run measured the ratio 0.905 with a 14% spread and missed by
-  15%; undisturbed runs missed by 2.6%) leaves the truth itself less certain than 5%, and no prediction can be
+  15%; two undisturbed runs missed by 2.6% and 4.3%) leaves the truth itself less certain than 5%, and no prediction can be
   held closer than its truth. Both figures are printed;
 - ``tune --targets`` over plain decoding, 1, 2 and 4 steps picks the best of a ``sweep --targets`` over the
   same four, measured by that sweep within 5% of its best: the sweep is sequential, and the forced rates leave
