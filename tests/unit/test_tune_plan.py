@@ -91,3 +91,24 @@ def test_without_per_position_acceptance_it_says_each_step_count_must_be_measure
 def test_a_given_plain_rate_stands_in_for_the_baseline():
     nxt = tune_plan.next_step([launch("seed", 5)], [1], range(0, 11), {1: tune_plan.Plain(90.0, 0.005)})
     assert nxt.steps is not None and nxt.outlooks[0].best_steps == 0  # plain (given) is the best so far
+
+
+def spread(result: ConfigResult, f: tuple[float, ...]) -> ConfigResult:
+    """The same configuration, its one-stream requests spread by the factors ``f``."""
+    import dataclasses
+    lvl = result.by_concurrency[1]
+    runs = tuple(dataclasses.replace(lvl.runs[0], decode_tokens_per_second=lvl.results.decode_tokens_per_second * x)
+                 for x in f)
+    return dataclasses.replace(result, runs=runs, by_concurrency={1: LevelResult(lvl.results, runs)})
+
+
+def test_a_tie_with_plain_decoding_is_settled_once_then_reported():
+    from specwatch.analysis import comparisons
+    noisy = spread(launch("seed", 2), (0.9, 1.1, 0.95, 1.05, 1.0))  # +3.2% over plain, within its noise
+    bands = comparisons.bands([launch("seed", 0), launch("seed", 5), noisy])
+    assert bands[0].winner == "baseline"
+    tie = tune_plan.tie_to_settle(bands, set())
+    assert tie is not None and tie[0] == "steps=2" and tie[1].startswith("at 1 stream, steps=2 ties baseline (")
+    assert tune_plan.tie_to_settle(bands, {"steps=2"}) is None
+    clear = comparisons.bands([launch("seed", 0), launch("seed", 5), launch("seed", 2)])  # 1% spread: +3.2% wins
+    assert clear[0].winner == "steps=2" and tune_plan.tie_to_settle(clear, set()) is None

@@ -26,6 +26,7 @@ from ..errors import AnalysisError
 from ..recorder.load import LoadBucket
 from ..results import ConfigResult
 from . import advisor, cost_model
+from .comparisons import Band
 from .live_advisor import Acceptance, Estimate, Prior, advise_bucket
 
 Z_95 = 1.96
@@ -176,6 +177,23 @@ def choose(outlooks: Sequence[Outlook]) -> Next:
 
 def _estimate(e: Estimate) -> str:
     return f"{e.value:.1f} ({e.lower:.1f}-{e.upper:.1f})"
+
+
+def tie_to_settle(bands: Sequence[Band], settled: set[str]) -> tuple[str, str] | None:
+    """A load whose pick won a tie (``winner``'s rule: a tie goes to the fewer draft steps) against a configuration
+    with more draft steps not yet measured again: (its label, the tie in words). More requests narrow its
+    interval, so a real gain the first measurement could not tell from the noise is not given away."""
+    for b in bands:
+        if b.winner == b.reference and b.head is not None and b.head_score is not None and b.head_score.tie:
+            label, margin = b.head.label, b.head_score  # the best-scored ties the reference (plain decoding)
+        elif b.tie is not None and b.best:
+            label, margin = b.best, b.tie  # the pick won a tie on steps against the best-scored
+        else:
+            continue
+        if label in settled or label == b.reference:
+            continue
+        return label, f"at {_streams(b.concurrency)}, {label} ties {b.winner} ({margin.interval_text()})"
+    return None
 
 
 def next_step(results: Sequence[ConfigResult], loads: Sequence[int], space: Sequence[int],

@@ -64,6 +64,7 @@ class TuneSpec:
         return urls[self.space.index(s)]
 
 
+SETTLE = 3  # a tie is measured again with this many times the requests (the interval ~1/sqrt(3) as wide)
 TUNE_KEYS = ("start", "max_launches", "baseline_tps", "baseline_curve")
 DEFAULTS: dict[str, Any] = ({f.name: f.default for f in dataclasses.fields(SweepSpec)} | {"param": []}
                             | {k: default(k) for k in TUNE_KEYS} | {"out": default("out", "tune")})
@@ -131,24 +132,27 @@ class Run:
         self.started = time.monotonic()
         self.failed: set[int] = set()
 
-    def measure(self, s: int, why: str, nxt: tune_plan.Next | None = None) -> None:
+    def measure(self, s: int, why: str, nxt: tune_plan.Next | None = None, repeat: int = 1) -> None:
+        """Launch (or resume) step count ``s`` and measure it; ``repeat`` > 1: again, with that many times the
+        requests, in place of its earlier measurement (a tie to settle)."""
         step = self.t.step(s)
         saved = self.out / "results" / f"{safe(step[0])}.json"
         t0, wall = time.monotonic(), 0.0
-        if saved.exists():
+        if saved.exists() and repeat == 1:
             print(f"\n=== {step[0]} === (measured earlier, resumed)", flush=True)
             res = codec.load_as(ConfigResult, str(saved))
         else:
             print(f"\nlaunch: {step[0]} ({why})", flush=True)
             sw = self.t.sweep
-            res = run_one(sw, dataclasses.replace(sw.bench, server_url=step[3]), step, self.out)
+            bench = dataclasses.replace(sw.bench, server_url=step[3], num_runs=sw.bench.num_runs * repeat)
+            res = run_one(sw, bench, step, self.out)
             wall = time.monotonic() - t0
             if res.ok and res.steps != s:  # what was launched: a server that does not report its steps
                 res = dataclasses.replace(res, steps=s, draft_tokens=s + 1 if s else 1)
             if res.ok:
                 save(saved, res)
         if res.ok:
-            self.results.append(res)
+            self.results = [r for r in self.results if r.label != res.label] + [res]
         else:
             self.failed.add(s)
         launch = launch_record(res, s, why, nxt, wall, self.t.sweep.levels)
@@ -203,10 +207,23 @@ def loop(run: Run, plain: dict[int, tune_plan.Plain]) -> str:
             return f"--max-launches {t.max_launches} spent and no speculative configuration measured"
         run.measure(rest[(len(rest) - 1) // 2], "the start failed: the middle of the rest instead")
         space = [s for s in space if s not in run.failed]
+    settled: set[str] = set()
     while True:
         nxt = tune_plan.next_step(run.results, t.sweep.levels, space, plain)
         if nxt.steps is None:
-            return nxt.reason
+            bands = comparisons.bands(run.results)
+            tie = tune_plan.tie_to_settle(bands, settled)
+            if tie is None:
+                still = tune_plan.tie_to_settle(bands, set())
+                return nxt.reason + (f"; {still[1]}, still with {SETTLE}x the requests: a tie goes to the fewer "
+                                     "draft steps" if still else "")
+            label, why = tie
+            steps = next(r.steps for r in run.results if r.label == label)
+            if run.speculative >= t.max_launches:
+                return f"{nxt.reason}; {why}, unsettled: --max-launches {t.max_launches} spent"
+            run.measure(steps, f"{why}: measured again with {SETTLE}x the requests to settle it", repeat=SETTLE)
+            settled.add(label)
+            continue
         if run.speculative >= t.max_launches:
             return f"--max-launches {t.max_launches} spent; still undecided: {tune_plan.steps_text(nxt.steps)}, " \
                    f"{nxt.reason}"
