@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from specwatch.analysis import off_range
@@ -148,3 +150,44 @@ def test_the_sweep_advises_what_wins_once_the_off_range_is_priced(k3, advised):
             "decoding once its 0 range is priced)",
             "SGLang: plain decoding wins: launch without --speculative-algorithm (the schedule does not beat plain "
             "decoding once its 0 range is priced)"]
+
+
+@pytest.mark.parametrize(("accept", "want"), [
+    # drafts at 1 running request, none at 16: the 0 range's cost there, against the curve (100 / 80 - 1)
+    ((2.0, None), (None, 0.25)),
+    # drafts nowhere: a plain server, or one whose probes report no verify rounds: no off range to price
+    ((None, None), (None, None)),
+    # drafts everywhere: none
+    ((2.0, 1.8), (None, None)),
+])
+def test_the_daemon_prices_a_bucket_where_the_server_drafts_nothing(accept, want):
+    from specwatch.analysis.baseline import BaselineCurve, CurvePoint
+    from specwatch.analysis.by_load import by_load
+    from specwatch.export.page import _off_range
+    from specwatch.export.prometheus import Exporter
+    from specwatch.recorder.load import LoadBucket
+
+    curve = BaselineCurve((CurvePoint(1.0, 100.0), CurvePoint(16.0, 100.0)))
+    buckets = [LoadBucket(1, 8, 1.0, 150.0, 0.02, accept[0]), LoadBucket(16, 8, 16.0, 80.0, 0.02, accept[1])]
+    lv = by_load(buckets, curve, 4, 16.0)
+    assert tuple(r.off_range_cost for r in lv.buckets) == pytest.approx(want)
+    e = Exporter(("spec",), (60,))
+    e.set_load(lv)
+    assert ('specwatch_off_range_cost_ratio{load_bucket="16"} 0.25' in e.render().decode()) == (want[1] is not None)
+    page = _off_range(SimpleNamespace(by_load=lv))  # the page reads the snapshot's by-load verdict alone
+    assert ("at 16 running requests the server drafts nothing (a schedule's 0 range): +25.0% time per token" in page) \
+        == (want[1] is not None)
+
+
+def test_the_off_range_series_goes_when_the_bucket_drafts_again():
+    from specwatch.analysis.baseline import BaselineCurve, CurvePoint
+    from specwatch.analysis.by_load import by_load
+    from specwatch.export.prometheus import Exporter
+    from specwatch.recorder.load import LoadBucket
+
+    curve = BaselineCurve((CurvePoint(1.0, 100.0), CurvePoint(16.0, 100.0)))
+    e = Exporter(("spec",), (60,))
+    for at16, shown in ((None, True), (1.9, False)):
+        e.set_load(by_load([LoadBucket(1, 8, 1.0, 150.0, 0.02, 2.0), LoadBucket(16, 8, 16.0, 80.0, 0.02, at16)],
+                           curve, 4, 16.0))
+        assert ('specwatch_off_range_cost_ratio{load_bucket="16"}' in e.render().decode()) == shown

@@ -6,6 +6,10 @@ load have no speedup. The crossover is where the speedup falls below 1 walking u
 in log(load) between the last bucket at or above 1 and the first below; if the lowest measured bucket is
 already below 1, it is that bucket's mean load (speculation loses from there on, maybe earlier). The server
 is past the crossover when its current load is at or above it.
+
+A bucket whose probes saw no verify round while another bucket's did is a load where the server drafts
+nothing though it speculates elsewhere (a schedule's 0 range, an adaptive slot at 0): there the speedup's
+inverse, less one, is the off range's measured cost against plain decoding (``off_range_cost``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ class LoadSpeedup:
     baseline_status: BaselineStatus
     speedup: float | None
     relative_stderr: float | None
+    # time per output token over the baseline's, where the server drafts nothing at this load while it drafts
+    # at others (a schedule's 0 range, ``off_range``): 0.066 = 6.6% slower than plain decoding; None elsewhere
+    off_range_cost: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +47,15 @@ class LoadVerdict:
 def by_load(buckets: list[LoadBucket], curve: BaselineCurve | None, min_requests: int,
             current_load: float | None) -> LoadVerdict:
     rows = []
+    drafts = any(b.accept_length is not None for b in buckets)  # its probes saw verify rounds at some load
     for b in buckets:
         at = curve.at(b.mean_load) if curve is not None else None
         base = at.tokens_per_second if at is not None else None
         ok = base is not None and base > 0 and b.requests >= min_requests
+        sp = b.tokens_per_second / base if ok and base else None
+        off = 1.0 / sp - 1.0 if sp and drafts and b.accept_length is None else None
         rows.append(LoadSpeedup(b.bucket, b.requests, b.mean_load, b.tokens_per_second, base,
-                                at.status if at is not None else "none",
-                                b.tokens_per_second / base if ok and base else None, b.relative_stderr))
+                                at.status if at is not None else "none", sp, b.relative_stderr, off))
     cross = crossover([(r.mean_load, r.speedup) for r in rows if r.speedup is not None])
     past = None if cross is None or current_load is None else current_load >= cross
     return LoadVerdict(tuple(rows), cross, past)

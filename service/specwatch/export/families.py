@@ -107,6 +107,9 @@ class VerdictFamily(_Family):
                          "load_curve_window_s.", ["load_bucket"])
         self.by_load_requests = g("specwatch_speedup_by_load_requests", "Probes in each load bucket.",
                                   ["load_bucket"])
+        self.off_range_cost = g("specwatch_off_range_cost_ratio", "Time per output token over the baseline's, "
+                                "in a load bucket where the server drafts nothing while it drafts at other loads "
+                                "(a schedule's 0 range): 0.066 = 6.6% slower than plain decoding.", ["load_bucket"])
         self.crossover = g("specwatch_speculation_crossover_running_requests", "Running requests above which "
                            "speculation is slower than plain decoding (NaN: not seen).")
         self.past_crossover = g("specwatch_speculation_past_crossover", "1 while the server's load is at or "

@@ -109,6 +109,16 @@ def _checks(s: Snapshot) -> str:
             + (f'<div class="sub">not measured here: {escape(unmeasured)}</div>' if unmeasured else ""))
 
 
+def _off_range(s: Snapshot) -> str:
+    """A line per load bucket where the server drafts nothing while it drafts at other loads: the off range's
+    measured cost against the baseline curve."""
+    rows = [r for r in s.by_load.buckets if r.off_range_cost is not None] if s.by_load else []
+    items = "".join(f"<li>at {r.mean_load:.3g} running requests the server drafts nothing (a schedule's 0 range): "
+                    f"{100 * (r.off_range_cost or 0.0):+.1f}% time per token against plain decoding at that load "
+                    f"(measured, against the baseline curve; {r.requests} probes)</li>" for r in rows)
+    return f'<ul id="off-range">{items}</ul>' if items else ""
+
+
 def render(s: Snapshot, history: History, refresh_s: float) -> str:
     v = s.verdict
     cls = "slower" if v.below_baseline else "paying" if v.below_baseline is False else ""
@@ -148,6 +158,7 @@ def render(s: Snapshot, history: History, refresh_s: float) -> str:
 <div class="verdict {cls}" id="verdict">{escape(verdict_text(v))}</div>
 <div class="sub">{numbers}</div>
 {advisor}
+{_off_range(s)}
 {_checks(s)}
 <div class="grid2">{tps}{accept}{pos}<div><h3>Latency</h3>{_latency_table(s)}<h3>Health</h3>{_health(s)}</div></div>
 <script>

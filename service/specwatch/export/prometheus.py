@@ -145,7 +145,13 @@ class Exporter:
         for r in lv.buckets:
             _set(v.by_load.labels(str(r.bucket)), r.speedup)
             v.by_load_requests.labels(str(r.bucket)).set(r.requests)
+        off = {r.bucket: r.off_range_cost for r in lv.buckets if r.off_range_cost is not None}
+        for b, cost in off.items():
+            v.off_range_cost.labels(str(b)).set(cost)
         for b in LOAD_BUCKETS:
+            if b not in off:
+                with contextlib.suppress(KeyError):
+                    v.off_range_cost.remove(str(b))
             if b not in shown:
                 with contextlib.suppress(KeyError):
                     v.by_load.remove(str(b))
