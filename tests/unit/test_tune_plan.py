@@ -77,15 +77,34 @@ def test_two_loads_are_tuned_together():
         assert max(truth) / truth[best_measured("mixed", launched, load)] - 1 <= 0.03, launched
 
 
-def test_without_per_position_acceptance_it_says_each_step_count_must_be_measured():
+def test_without_per_position_acceptance_it_climbs_from_the_best_to_its_neighbours():
+    import dataclasses
     blind = launch("seed", 5)
     lvl = blind.by_concurrency[1]
-    res = lvl.results
-    import dataclasses
-    res = dataclasses.replace(res, position_acceptance=())
+    res = dataclasses.replace(lvl.results, position_acceptance=())
     blind = dataclasses.replace(blind, results=res, by_concurrency={1: LevelResult(res, lvl.runs)})
     nxt = tune_plan.next_step([launch("seed", 0), blind], [1], range(0, 11), {})
-    assert nxt.steps is None and "no per-position acceptance" in nxt.reason
+    assert nxt.steps == 4 and nxt.predicted == () and nxt.reason.startswith("a neighbour of 5 steps")
+
+
+def lookup(profile: str, steps: int) -> ConfigResult:
+    """A lookup drafter (SGLang's NGRAM, by its server info): its widths are each measured, never predicted."""
+    import dataclasses
+    r = launch(profile, steps)
+    return dataclasses.replace(r, server_info={"speculative_algorithm": "NGRAM"} if steps else {})
+
+
+@pytest.mark.parametrize(("profile", "start"), [("seed", 5), ("seed", 1), ("mixed", 1), ("mixed", 10)])
+def test_a_lookup_drafter_is_climbed_to_a_local_best(profile, start):
+    results, launched = [lookup(profile, 0), lookup(profile, start)], [start]
+    while (nxt := tune_plan.next_step(results, [1], range(0, 11), {})).steps is not None:
+        assert nxt.predicted == () and nxt.steps not in launched
+        launched.append(nxt.steps)
+        results.append(lookup(profile, nxt.steps))
+    truth = TRUTH[profile][1]
+    top = max(launched, key=truth.__getitem__)
+    assert all(truth[n] < truth[top] for n in (top - 1, top + 1) if 1 <= n <= 10), launched  # a local best
+    assert max(truth[1:]) == truth[top] and "neighbours are measured" in nxt.reason, (launched, nxt.reason)
 
 
 def test_a_given_plain_rate_stands_in_for_the_baseline():

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ..errors import AnalysisError
 from ..recorder.load import LoadBucket
 from ..results import ConfigResult
-from . import advisor, cost_model
+from . import advisor, cost_model, engine_flags
 from .comparisons import Band
 from .live_advisor import Acceptance, Estimate, Prior, advise_bucket
 
@@ -50,11 +50,16 @@ class Outlook:
     best_half: float | None  # the 95% half-width of that mean
     predictions: tuple[tuple[int, Estimate], ...]  # unmeasured step counts
     status: str = "ok"
+    climb: tuple[int, ...] = ()  # a lookup or tree drafter: the best's unmeasured neighbours (nothing predicted)
+    climb_from: int | None = None  # that best speculative step count
 
     def worth(self) -> list[tuple[int, Estimate]]:
-        """The unmeasured step counts whose interval reaches above the best measured."""
+        """The unmeasured step counts whose interval reaches above the best measured; for a lookup or tree
+        drafter, the best's unmeasured neighbours, each as good as the best until measured."""
         if self.best_tps is None:
             return []
+        if self.climb:
+            return [(s, Estimate(self.best_tps, 0.0, math.inf)) for s in self.climb]
         return [(s, e) for s, e in self.predictions if e.upper > self.best_tps]
 
     def reason(self) -> str:
@@ -64,6 +69,8 @@ class Outlook:
             return f"at {_streams(self.load)}: {self.status}"
         head = f"at {_streams(self.load)}: {steps_text(self.best_steps)} measured {self.best_tps:.1f} tok/s" + \
             (f" ± {self.best_half:.1f}" if self.best_half is not None else "")
+        if self.climb_from is not None:
+            return head + f"; the best speculative step count's neighbours are measured ({MEASURE_EACH})"
         if not self.predictions:
             return head + "; every step count in the range is measured"
         s, e = max(self.predictions, key=lambda p: (p[1].upper, -p[0]))
@@ -128,9 +135,8 @@ def outlook(results: Sequence[ConfigResult], load: int, space: Sequence[int], pl
     if plain is None:
         return no("no plain-decoding rate here (give --baseline-launch, --baseline-curve or --baseline-tps)")
     anchor = max(spec, key=lambda r: r.stream_tps(load) or 0.0).at(load)
-    if not anchor.position_acceptance:
-        return no(f"{anchor.label} reported no per-position acceptance (the server logs none, and the probes "
-                  "carry no per-request histogram): each step count must be measured")
+    if not anchor.position_acceptance or not engine_flags.chain_draft(engine_flags.setup_of(results)):
+        return climb(load, best, best_tps, best_half, anchor.steps, [s for s in space if s > 0], set(at))
     tps, half = measured(anchor, load)
     bucket = LoadBucket(load, len(anchor.per_request(load)), float(load), tps or 0.0,
                         half / Z_95 / tps if tps and half is not None else None, anchor.accept_length)
@@ -142,6 +148,21 @@ def outlook(results: Sequence[ConfigResult], load: int, space: Sequence[int], pl
         return no(adv.status)
     preds = tuple((p.steps, p.tokens_per_second) for p in adv.predictions if p.steps in todo)
     return Outlook(load, best, best_tps, best_half, preds)
+
+
+MEASURE_EACH = ("a lookup or tree drafter, or no per-position acceptance reported: step counts are measured, "
+                "not predicted, climbing from the best to its neighbours")
+
+
+def climb(load: int, best: int | None, best_tps: float | None, best_half: float | None, top: int,
+          steps: Sequence[int], measured: set[int]) -> Outlook:
+    """No prediction is valid: the best speculative step count's unmeasured neighbours in the range are the
+    candidates (a hill climb, which ends at a step count both of whose neighbours measured lower)."""
+    vals = sorted(steps)
+    i = vals.index(top) if top in vals else None
+    near = tuple(vals[j] for j in ((i - 1, i + 1) if i is not None else ()) if 0 <= j < len(vals)
+                 and vals[j] not in measured)
+    return Outlook(load, best, best_tps, best_half, (), climb=near, climb_from=top)
 
 
 def prior_of(spec: Sequence[ConfigResult], at: Mapping[int, ConfigResult], load: int) -> Prior | None:
@@ -170,8 +191,12 @@ def choose(outlooks: Sequence[Outlook]) -> Next:
     s = -neg_s
     predicted = tuple((o.load, e) for o in outlooks for st, e in o.predictions if st == s)
     o = next(o for o in outlooks if o.load == load)
-    why = (f"predicted {_estimate(dict(predicted)[load])} tok/s at {_streams(load)} against "
-           f"{steps_text(o.best_steps or 0)}'s measured {o.best_tps:.1f} ({100 * (gain - 1):+.1f}%)")
+    if o.climb:
+        why = (f"a neighbour of {steps_text(o.climb_from or 0)}, the best speculative step count at "
+               f"{_streams(load)} ({MEASURE_EACH})")
+    else:
+        why = (f"predicted {_estimate(dict(predicted)[load])} tok/s at {_streams(load)} against "
+               f"{steps_text(o.best_steps or 0)}'s measured {o.best_tps:.1f} ({100 * (gain - 1):+.1f}%)")
     return Next(s, why, predicted, tuple(outlooks))
 
 
