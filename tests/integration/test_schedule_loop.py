@@ -105,10 +105,11 @@ def test_the_printed_schedule_applied_to_a_fresh_server_stops_the_loss_at_high_l
             what=f"the daemon's specwatch_server_speculative_steps at {want:g}")
     for bg in background:
         bg.stop()
-    table = {}
+    table, off = {}, {}
     for name, d in ds.items():
         b = {x["bucket"]: x for x in http_json(d.url + "/api/summary")["by_load"]["buckets"]}
         table[name] = {n: (b[n]["speedup"], b[n]["relative_stderr"] or 0.0, b[n]["requests"]) for n, _ in PHASES}
+        off[name] = {n: b[n]["off_range_cost"] for n, _ in PHASES}
     print("speedup by load bucket (speedup, relative stderr, requests):", json.dumps(table))
 
     def upper(row):
@@ -126,6 +127,11 @@ def test_the_printed_schedule_applied_to_a_fresh_server_stops_the_loss_at_high_l
     # where the schedule is at 0 the server is not plain decoding: its rounds pay the simulator's off_round_tax
     # (docs/sim-model.md), so break-even there is 1 / (1 + tax)
     assert upper(table["static"][32]) < 1.0, table
+    # the daemon prices the running schedule's 0 range where its probes saw no draft: 1 / speedup - 1 at 32, the
+    # simulator's tax within the bucket's noise; the static server drafts at every load and has none
+    assert off["static"] == {n: None for n, _ in PHASES} and off["scheduled"][1] is off["scheduled"][8] is None, off
+    assert off["scheduled"][32] == pytest.approx(1 / table["scheduled"][32][0] - 1) and \
+        -CURVE_ERROR < off["scheduled"][32] < OFF_ROUND_TAX + 0.15, off
     floor = {n: (1.0 if n < 32 else 1.0 / (1.0 + OFF_ROUND_TAX)) - CURVE_ERROR for n, _ in PHASES}
     assert all(upper(table["scheduled"][n]) >= floor[n] for n, _ in PHASES), table
     # it still speculates where that wins (7 steps at 1 and 8, as sglang:spec_num_steps said above): at one stream

@@ -152,13 +152,15 @@ def test_the_sweep_advises_what_wins_once_the_off_range_is_priced(k3, advised):
             "decoding once its 0 range is priced)"]
 
 
-@pytest.mark.parametrize(("accept", "want"), [
+@pytest.mark.parametrize(("accept", "want"), [  # verify rounds per decode token at 1 and at 16 running requests
     # drafts at 1 running request, none at 16: the 0 range's cost there, against the curve (100 / 80 - 1)
-    ((2.0, None), (None, 0.25)),
+    ((0.5, None), (None, 0.25)),
+    # a few rounds at 16 (probes that straddled the change of load): still off
+    ((0.5, 0.05), (None, 0.25)),
     # drafts nowhere: a plain server, or one whose probes report no verify rounds: no off range to price
     ((None, None), (None, None)),
     # drafts everywhere: none
-    ((2.0, 1.8), (None, None)),
+    ((0.5, 0.45), (None, None)),
 ])
 def test_the_daemon_prices_a_bucket_where_the_server_drafts_nothing(accept, want):
     from specwatch.analysis.baseline import BaselineCurve, CurvePoint
@@ -168,7 +170,8 @@ def test_the_daemon_prices_a_bucket_where_the_server_drafts_nothing(accept, want
     from specwatch.recorder.load import LoadBucket
 
     curve = BaselineCurve((CurvePoint(1.0, 100.0), CurvePoint(16.0, 100.0)))
-    buckets = [LoadBucket(1, 8, 1.0, 150.0, 0.02, accept[0]), LoadBucket(16, 8, 16.0, 80.0, 0.02, accept[1])]
+    buckets = [LoadBucket(1, 8, 1.0, 150.0, 0.02, accept[0] and 2.0, accept[0] or 0.0),
+               LoadBucket(16, 8, 16.0, 80.0, 0.02, accept[1] and 2.0, accept[1] or 0.0)]
     lv = by_load(buckets, curve, 4, 16.0)
     assert tuple(r.off_range_cost for r in lv.buckets) == pytest.approx(want)
     e = Exporter(("spec",), (60,))
@@ -187,7 +190,7 @@ def test_the_off_range_series_goes_when_the_bucket_drafts_again():
 
     curve = BaselineCurve((CurvePoint(1.0, 100.0), CurvePoint(16.0, 100.0)))
     e = Exporter(("spec",), (60,))
-    for at16, shown in ((None, True), (1.9, False)):
-        e.set_load(by_load([LoadBucket(1, 8, 1.0, 150.0, 0.02, 2.0), LoadBucket(16, 8, 16.0, 80.0, 0.02, at16)],
-                           curve, 4, 16.0))
+    for at16, shown in ((None, True), (0.45, False)):
+        e.set_load(by_load([LoadBucket(1, 8, 1.0, 150.0, 0.02, 2.0, 0.5),
+                            LoadBucket(16, 8, 16.0, 80.0, 0.02, at16 and 2.0, at16 or 0.0)], curve, 4, 16.0))
         assert ('specwatch_off_range_cost_ratio{load_bucket="16"}' in e.render().decode()) == shown

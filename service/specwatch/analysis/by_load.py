@@ -7,9 +7,11 @@ in log(load) between the last bucket at or above 1 and the first below; if the l
 already below 1, it is that bucket's mean load (speculation loses from there on, maybe earlier). The server
 is past the crossover when its current load is at or above it.
 
-A bucket whose probes saw no verify round while another bucket's did is a load where the server drafts
-nothing though it speculates elsewhere (a schedule's 0 range, an adaptive slot at 0): there the speedup's
-inverse, less one, is the off range's measured cost against plain decoding (``off_range_cost``).
+A bucket whose probes saw (almost) no verify round while another bucket's drafted is a load where the server
+drafts nothing though it speculates elsewhere (a schedule's 0 range, an adaptive slot at 0): its verify rounds
+per token are under ``OFF_SHARE`` of the most drafting bucket's (probes that straddle a change of load carry a
+few rounds in). There the speedup's inverse, less one, is the off range's measured cost against plain decoding
+(``off_range_cost``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from ..recorder.load import LoadBucket
 from ..records import BaselineStatus
 from .baseline import BaselineCurve
+
+OFF_SHARE = 0.2  # a bucket drafting under this share of the most drafting bucket's rounds per token is "off"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +51,13 @@ class LoadVerdict:
 def by_load(buckets: list[LoadBucket], curve: BaselineCurve | None, min_requests: int,
             current_load: float | None) -> LoadVerdict:
     rows = []
-    drafts = any(b.accept_length is not None for b in buckets)  # its probes saw verify rounds at some load
+    most = max((b.rounds_per_token for b in buckets), default=0.0)  # the most drafting bucket's
     for b in buckets:
         at = curve.at(b.mean_load) if curve is not None else None
         base = at.tokens_per_second if at is not None else None
         ok = base is not None and base > 0 and b.requests >= min_requests
         sp = b.tokens_per_second / base if ok and base else None
-        off = 1.0 / sp - 1.0 if sp and drafts and b.accept_length is None else None
+        off = 1.0 / sp - 1.0 if sp and most > 0 and b.rounds_per_token < OFF_SHARE * most else None
         rows.append(LoadSpeedup(b.bucket, b.requests, b.mean_load, b.tokens_per_second, base,
                                 at.status if at is not None else "none", sp, b.relative_stderr, off))
     cross = crossover([(r.mean_load, r.speedup) for r in rows if r.speedup is not None])

@@ -98,6 +98,7 @@ class LoadBucket:
     tokens_per_second: float
     relative_stderr: float | None  # of tokens_per_second, from the per-request spread
     accept_length: float | None = None  # of its probes that reported verify rounds (None: none did)
+    rounds_per_token: float = 0.0  # verify rounds its probes reported per decode token (0: no draft seen)
 
     @property
     def cycle_s(self) -> float | None:
@@ -141,5 +142,6 @@ class LoadCurve:
                 continue
             out.append(LoadBucket(b, s.n, s.load_sum / s.n, s.tokens / s.seconds,
                                   relative_stderr(s.n, s.rate_sum, s.rate_sq),
-                                  s.spec_tokens / s.rounds if s.rounds > 0 else None))
+                                  s.spec_tokens / s.rounds if s.rounds > 0 else None,
+                                  s.rounds / s.tokens if s.tokens > 0 else 0.0))
         return out
