@@ -159,7 +159,8 @@ def stop_all() -> None:
 # three first, two cores). Alphabetical order put the flags between the three's users, which then started
 # them again: one start each, about 20 s. A module not listed runs after these.
 MODULE_ORDER = ("test_sglang_standins", "test_sglang_names", "test_sglang_daemon", "test_sglang_faults",
-                "test_sglang_prometheus", "test_sglang_surface", "test_sglang_advisor", "test_sglang_flags",
+                "test_sglang_prometheus", "test_sglang_surface", "test_sglang_advisor", "test_sglang_tune",
+                "test_sglang_flags",
                 "test_sglang_sweep")
 
 
