@@ -13,7 +13,8 @@ plain server. Checked:
   within sampling error. The bound: verify rounds are independent draws, so a position's acceptance over ``N``
   rounds is binomial (standard error ``sqrt(a(1-a)/N)``) and a round's accepted count has variance
   ``Σ(2i-1)a_i - (Σa_i)²``; a figure must lie within ``Z`` = 3.5 standard errors (each check's chance of a
-  false failure about 5e-4);
+  false failure about 5e-4). vLLM seeds its sampler, so the same prompts draw the same rounds: these figures
+  repeat exactly from run to run;
 - the live advisor, watching the 4-step server with a prior swept over plain decoding, 1 and 4 steps, predicts
   2 steps (which it never saw): acceptance from the set rates as the server logs them, the cycle from the
   running server and the prior's cost shape. Against 2 and 4 steps measured interleaved on the same engine
@@ -21,13 +22,13 @@ plain server. Checked:
   the mean of the rounds' ratios must be within the issue's 5% (``TOLERANCE``) — or within twice the paired
   ratio's standard error when that is larger: on two shared cores a minute in which another process takes a
   core (a server of another test starting: one run measured the ratio 0.905 with a 14% spread and missed by
-  15%; three undisturbed runs missed by 2.6%, 4.3% and 1.6%) leaves the truth itself less certain than 5%,
+  15%; four undisturbed runs missed by 1.2% to 4.3%) leaves the truth itself less certain than 5%,
   and no prediction can be held closer than its truth. Both figures are printed;
 - ``tune --targets`` over plain decoding, 1, 2 and 4 steps picks the best of the same four measured
   exhaustively and interleaved (a ``sweep --targets`` is sequential: one measured plain decoding 30% below
-  what tune had measured a minute before), within 5% of it round by round (the forced rates leave plain
-  decoding, 2 and 4 steps within a few percent of each other on this machine: a tie, which the one rule gives
-  to the fewer steps).
+  what tune had measured a minute before), within 5% of it round by round or twice that ratio's standard
+  error (the forced rates leave plain decoding, 2 and 4 steps within a few percent of each other on this
+  machine: a tie, which the one rule gives to the fewer steps).
 
 The file sorts after the EAGLE-3 ladder's tests on purpose: the ladder's three servers are stopped before
 these three start (six servers at most, as the ladder's tests run)."""
