@@ -22,6 +22,8 @@ import pytest
 from realserver import COMPARISONS, TIMINGS, RealServer, bench
 from sglangserver import launch, stop_all, wait_ready
 
+from specwatch.trial import log_size, log_stats
+
 pytestmark = pytest.mark.integration
 SET_ACCEPT_LENGTH = 2.3  # rounds of 2 and 3 accepted tokens, 3 in 30%
 DRAFT_TOKENS = 4
@@ -46,9 +48,12 @@ def forced_sglang(sglang_installed, tmp_path_factory) -> Iterator[RealServer]:
 
 
 def test_the_client_accept_length_is_the_forced_one(forced_sglang, heldout_prompts, tmp_path):
+    offset = log_size(forced_sglang.log)
     doc, records = bench(forced_sglang.url, tmp_path, "--api", "sglang", "--max-tokens", "256", "--num-runs", "12",
                          "--warmup", "1", "--prompts", str(heldout_prompts))
     assert all(r.ok and r.spec is not None for r in records), [r.error for r in records]
+    log_al, _ = log_stats(forced_sglang.log, offset)  # its "Decode batch" lines, as sweep pools them (printed)
+    assert log_al is not None
     res = doc["results"]
     client, rounds = res["accept_length_client"], res["verify_rounds"]
     requests = len([r for r in records if not r.warmup])
@@ -59,5 +64,5 @@ def test_the_client_accept_length_is_the_forced_one(forced_sglang, heldout_promp
         f"forced acceptance, SGLang EAGLE-3 (SGLANG_SIMULATE_ACC_LEN={SET_ACCEPT_LENGTH}, real-draft-token, "
         f"{DRAFT_TOKENS} draft tokens): client accept length {client:.3f} over {rounds} rounds (bound "
         f"-{bound + cut:.3f}/+{bound:.3f}: {Z} se binomial, and max_tokens' cut); server per request "
-        f"{res['accept_length_server_per_request']:.3f}")
+        f"{res['accept_length_server_per_request']:.3f}, its log's \"accept len\" lines pooled {log_al:.3f}")
     assert SET_ACCEPT_LENGTH - bound - cut <= client <= SET_ACCEPT_LENGTH + bound, (client, rounds, requests)
