@@ -315,6 +315,9 @@ OPTIONS: dict[str, Option] = {
     "baseline_launch": Option(typed(str), "the same server without speculation"),
     "targets": Option(typed(str), "URL,URL of servers already running (instead of --launch)",
                       unset="none: --launch"),
+    "interleave": Option(positive(int, 10_000), "with --targets at one stream: split --num-runs into this many "
+                                                "rounds, each benching every target in turn (the order rotated), "
+                                                "and compare round by round", default=1, unit="round"),
     "ready_timeout_s": Option(positive(float, 7 * DAY_S), "wait this long for a launched server to become ready",
                               default=1800.0, unit="s"),
     "grace_s": Option(positive(float, DAY_S), "seconds between SIGTERM and SIGKILL when stopping a server",

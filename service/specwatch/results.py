@@ -145,6 +145,7 @@ class BenchResult:
     tokens_per_chunk_bound: int | None
     event_loop_lag: ClientLag = ClientLag()
     steady: SteadyWindow = SteadyWindow()  # the figures above are the whole measured phase's; these the window's
+    accept_length_server_pooled: float | None = None  # the server's per-request figures pooled as the client's
 
     @property
     def stream_decode_tps(self) -> float | None:
@@ -189,6 +190,7 @@ class RunResult:
     verify_ct: int | None
     tokens_exact: bool
     phase: Phase = ""  # where it ran against the steady window
+    round: int = 0  # sweep --interleave: the round it ran in (0: the first, or not interleaved)
 
     @classmethod
     def of(cls, r: RequestRecord) -> RunResult:
@@ -294,6 +296,15 @@ class LevelResult:
         return [r.decode_tokens_per_second for r in self.runs if r.ok and r.decode_tokens_per_second
                 and (not steady or r.phase == "steady")]
 
+    def per_round_decode(self) -> list[list[float]]:
+        """The ok runs' decode tok/s by round (``RunResult.round``), every measured one: at one stream, the only
+        load interleaving runs at, the rounds' idle gaps would make the steady window meaningless."""
+        rounds: dict[int, list[float]] = {}
+        for r in self.runs:
+            if r.ok and r.decode_tokens_per_second:
+                rounds.setdefault(r.round, []).append(r.decode_tokens_per_second)
+        return [rounds[k] for k in sorted(rounds)]
+
 
 @dataclass(frozen=True, slots=True)
 class ConfigResult:
@@ -370,6 +381,11 @@ class ConfigResult:
         """Per-request decode tok/s of the ok runs at concurrency ``c``."""
         lvl = self.by_concurrency.get(c)
         return lvl.per_request_decode() if lvl is not None else []
+
+    def per_round(self, c: int) -> list[list[float]]:
+        """``per_request``'s figures grouped by --interleave round (one group when not interleaved)."""
+        lvl = self.by_concurrency.get(c)
+        return lvl.per_round_decode() if lvl is not None else []
 
     def per_request_service(self) -> list[float]:
         """The seed's per-request tok/s of the ok runs."""

@@ -59,6 +59,7 @@ class SweepSpec:
     out: str = default("out")
     speculative_config: str | None = default("speculative_config")
     verbose: bool = default("verbose")
+    interleave: int = default("interleave")
 
     def __repr__(self) -> str:
         return f"SweepSpec(server_url={self.server_url!r}, api_key={'<set>' if self.api_key else None}, …)"
@@ -169,18 +170,7 @@ def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResu
         print(f"  ready after {elapsed:.0f}s", flush=True)
         offset = log_size(log_path)
         info, by_c = measure_levels(sw, spec, log_path)
-        log_al, log_pos = log_stats(log_path, offset) if log_path else (None, ())
-        steps, draft_tokens = info.steps or 0, info.draft_tokens or 1
-        n = cfg.get("steps", cfg.get("k", ""))
-        if info.steps is None and n.isdigit():  # an OpenAI-only server does not say: trust the template
-            steps, draft_tokens = int(n), int(n) + 1
-        lowest = by_c[min(by_c)]
-        spec_cfg = engine_flags.speculative_config_of(result.command) if result.command else \
-            (json.loads(sw.speculative_config) if sw.speculative_config and steps else None)
-        result = replace(result, status="ok", server_info=info.server_info, speculative_config=spec_cfg,
-                         steps=steps, draft_tokens=draft_tokens,
-                         log_accept_length=log_al, log_position_acceptance=log_pos, results=lowest.results,
-                         runs=lowest.runs, by_concurrency=by_c)
+        result = finished(sw, result, info, by_c, log_stats(log_path, offset) if log_path else (None, ()))
     except AuthError:
         raise  # every configuration would fail alike: the sweep stops, naming the key's source
     except (LaunchError, TargetError, WorkerError, OSError) as exc:
@@ -190,6 +180,21 @@ def run_one(sw: SweepSpec, spec: BenchSpec, step: Step, out: Path) -> ConfigResu
         if server is not None:
             server.stop(sw.grace_s)
     return replace(result, finished=time.time())
+
+
+def finished(sw: SweepSpec, result: ConfigResult, info: RunInfo, by_c: dict[int, LevelResult],
+             log: tuple[float | None, tuple[float, ...]]) -> ConfigResult:
+    """``result`` measured: its levels, draft steps (the server's word, else the template's) and log figures."""
+    steps, draft_tokens = info.steps or 0, info.draft_tokens or 1
+    n = result.params.get("steps", result.params.get("k", ""))
+    if info.steps is None and n.isdigit():  # an OpenAI-only server does not say: trust the template
+        steps, draft_tokens = int(n), int(n) + 1
+    lowest = by_c[min(by_c)]
+    spec_cfg = engine_flags.speculative_config_of(result.command) if result.command else \
+        (json.loads(sw.speculative_config) if sw.speculative_config and steps else None)
+    return replace(result, status="ok", server_info=info.server_info, speculative_config=spec_cfg,
+                   steps=steps, draft_tokens=draft_tokens, log_accept_length=log[0], log_position_acceptance=log[1],
+                   results=lowest.results, runs=lowest.runs, by_concurrency=by_c)
 
 
 def measure_levels(sw: SweepSpec, spec: BenchSpec, log_path: Path | None

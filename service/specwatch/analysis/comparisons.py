@@ -4,8 +4,10 @@ and ``advise --from`` all print these, never a margin of their own.
 
 The measure is per-stream decode tok/s (tokens after the first ÷ first → last token), the quantity the daemon's
 verdict and the baseline curve use; at a fixed concurrency it ranks configurations as aggregate throughput
-does. A margin is Welch's difference of the per-request means over plain's mean; one whose interval holds zero,
-or within 1%, is a tie. A load's pick follows ``winner``'s one rule: at least three requests per cell, the
+does. A margin is Welch's difference of the per-request means over plain's mean, or, for two configurations
+measured in the same rounds (``sweep --interleave``), the mean of the rounds' ratios with a t interval over the
+rounds (paired: the machine's drift between rounds cancels); one whose interval holds zero, or within 1%, is a
+tie. A load's pick follows ``winner``'s one rule: at least three requests per cell, the
 highest lower 95% bound against plain decoding (not the best mean), a tie with it going to the fewer draft
 steps (plain decoding the fewest); printed against plain decoding and against what is running, when known.
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 from ..results import ConfigResult, LoadPick, VersusPlain, levels, plain_of
 from . import winner
-from .compare import Margin, margin
+from .compare import Margin, margin_of
 
 MEASURE = "per-stream decode tok/s"
 
@@ -47,7 +49,8 @@ class Comparison:
         m = self.margin
         if m is None:
             return "-"
-        ci = f" ({100 * m.low:+.1f}..{100 * m.high:+.1f})" if m.low is not None and m.high is not None else ""
+        paired = f", paired over {m.rounds} rounds" if m.rounds else ""
+        ci = f" ({100 * m.low:+.1f}..{100 * m.high:+.1f}{paired})" if m.low is not None and m.high is not None else ""
         return f"{100 * m.ratio:+.1f}%{ci}" + (" a tie" if m.tie else "")
 
     def text(self) -> str:
@@ -65,10 +68,14 @@ def comparisons(results: Sequence[ConfigResult]) -> dict[tuple[str, int], Compar
             tps = r.stream_tps(c) if r.ok else None
             if tps is None:
                 continue
-            m = margin(r.per_request(c), plain.per_request(c)) if plain is not None and r is not plain and base \
-                else None
+            m = versus(r, plain, c) if plain is not None and r is not plain and base else None
             out[r.label, c] = Comparison(r.label, c, tps, base, m)
     return out
+
+
+def versus(a: ConfigResult, b: ConfigResult, c: int) -> Margin | None:
+    """``a`` against ``b`` at ``c`` streams: paired over the rounds when both ran in the same ones, else Welch."""
+    return margin_of(a.per_request(c), b.per_request(c), a.per_round(c), b.per_round(c))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,18 +173,19 @@ def _band(ok: list[ConfigResult], cmp: dict[tuple[str, int], Comparison], c: int
     ref = plain if plain is not None else min(ok, key=lambda r: (r.steps, r.draft_tokens))
     reqs = {r.label: r.per_request(c) for r in ok}
     steps = {r.label: r.steps for r in ok}
+    by = {r.label: r for r in ok}
 
-    def versus(a: winner.Candidate, b: winner.Candidate) -> Margin | None:
-        return margin(reqs[a.name], reqs[b.name])
+    def vs(a: winner.Candidate, b: winner.Candidate) -> Margin | None:
+        return versus(by[a.name], by[b.name], c)
 
     fastest = max(ok, key=lambda r: cmp[r.label, c].tokens_per_second)
     short = winner.repeats_reason(len(reqs[ref.label]))
     if short:
         return Band(c, "", fastest.label, 0, None, None, None, ref.label, plain is not None,
                     no_pick=f"{ref.label} has {short} at this load, and every configuration is scored against it")
-    cands = [winner.Candidate(r.label, r.steps, winner.EXACT if r is ref else margin(reqs[r.label], reqs[ref.label]),
+    cands = [winner.Candidate(r.label, r.steps, winner.EXACT if r is ref else versus(r, ref, c),
                               winner.repeats_reason(len(reqs[r.label]))) for r in ok]
-    p = winner.pick(cands, versus)
+    p = winner.pick(cands, vs)
     not_crowned = tuple(f"{x.name} ({x.why_not or 'no interval'})" for x in p.not_crowned)
     if p.chosen is None or p.best is None:  # not reached: the reference itself is always a candidate
         return Band(c, "", fastest.label, 0, None, None, None, ref.label, plain is not None,
@@ -189,7 +197,7 @@ def _band(ok: list[ConfigResult], cmp: dict[tuple[str, int], Comparison], c: int
     run = running if running is not None and running in reqs else ""
     return Band(c, p.chosen.name, fastest.label, steps[p.chosen.name], cmp[p.chosen.name, c], cmp[head.name, c],
                 head.score, ref.label, plain is not None, p.tie, p.best.name, run,
-                margin(reqs[p.chosen.name], reqs[run]) if run else None, not_crowned, "", shown)
+                versus(by[p.chosen.name], by[run], c) if run else None, not_crowned, "", shown)
 
 
 def band_at(results: Sequence[ConfigResult], c: int, running: str | None = None) -> Band | None:

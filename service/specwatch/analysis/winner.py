@@ -2,7 +2,8 @@
 they give (``load_sweep``), ``tune`` and the live advisor (``live_advisor.advise_bucket``). Analysis stage; pure.
 
 1. **Repeats.** A configuration is a candidate only with a stated 95% interval against plain decoding from
-   within-run variation: in a sweep, at least ``MIN_REPEATS`` requests in its cell (and in plain decoding's);
+   within-run variation (paired over the rounds for configurations measured interleaved, ``sweep --interleave``:
+   ``compare.margin_of``): in a sweep, at least ``MIN_REPEATS`` requests in its cell (and in plain decoding's);
    the live advisor's buckets have their own ``--min-requests``. One with fewer is not crowned, and says why.
 2. **A conservative score.** Each candidate is scored by the lower end of its 95% interval against plain
    decoding (plain decoding itself: exactly 0). The best is the highest lower bound, not the best mean: a cell

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .. import codec, options
+from .. import codec, interleaved, options
 from ..analysis import advisor, comparisons, cost_model, engine_flags, load_sweep
 from ..analysis import baseline as baseline_mod
 from ..analysis import checks as honesty
@@ -75,6 +75,7 @@ DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(SweepS
 
 
 def plan(sw: SweepSpec) -> list[Step]:
+    interleaved.check(sw)
     if sw.targets:
         urls = [u.strip() for u in sw.targets.split(",") if u.strip()]
         return [(f"target={u}", {}, None, options.parse_base_url(u)) for u in urls]
@@ -144,6 +145,8 @@ def by_load(results: list[ConfigResult], out: Path) -> str:
 
 def run_all(sw: SweepSpec, todo: list[Step], out: Path) -> tuple[list[ConfigResult], bool]:
     """Every configuration in turn, resuming finished ones from ``OUT/results/``; (results, interrupted)."""
+    if sw.interleave > 1:
+        return run_rounds(sw, todo, out)
     results: list[ConfigResult] = []
     spec = sw.bench
     clock = SweepClock(len(todo))
@@ -165,6 +168,25 @@ def run_all(sw: SweepSpec, todo: list[Step], out: Path) -> tuple[list[ConfigResu
         print("\ninterrupted: the current server was stopped; finished configurations are kept", flush=True)
         return results, True
     return results, False
+
+
+def run_rounds(sw: SweepSpec, todo: list[Step], out: Path) -> tuple[list[ConfigResult], bool]:
+    """--interleave: the targets not finished earlier measured together in alternating rounds
+    (``interleaved``); a resumed target keeps its own rounds, so it is compared by Welch's rule."""
+    saved = {step[0]: out / "results" / f"{safe(step[0])}.json" for step in todo}
+    done = {name: codec.load_as(ConfigResult, str(path)) for name, path in saved.items() if path.exists()}
+    for name in done:
+        print(f"\n=== {name} === (done earlier, skipped)")
+    try:
+        fresh = interleaved.run_interleaved(sw, sw.bench, [s for s in todo if s[0] not in done])
+    except KeyboardInterrupt:
+        print("\ninterrupted: nothing of the interleaved rounds is kept", flush=True)
+        return list(done.values()), True
+    for res in fresh:
+        if res.ok:
+            save(saved[res.label], res)
+        done[res.label] = res
+    return [done[s[0]] for s in todo], False
 
 
 def write_report(results: list[ConfigResult], out: Path) -> str | None:

@@ -66,7 +66,8 @@ class TuneSpec:
 
 SETTLE = 3  # a tie is measured again with this many times the requests (the interval ~1/sqrt(3) as wide)
 TUNE_KEYS = ("start", "max_launches", "baseline_tps", "baseline_curve")
-DEFAULTS: dict[str, Any] = ({f.name: f.default for f in dataclasses.fields(SweepSpec)} | {"param": []}
+DEFAULTS: dict[str, Any] = ({f.name: f.default for f in dataclasses.fields(SweepSpec) if f.name != "interleave"}
+                            | {"param": []}
                             | {k: default(k) for k in TUNE_KEYS} | {"out": default("out", "tune")})
 
 
