@@ -66,3 +66,7 @@ def test_the_client_accept_length_is_the_forced_one(forced_sglang, heldout_promp
         f"-{bound + cut:.3f}/+{bound:.3f}: {Z} se binomial, and max_tokens' cut); server per request "
         f"{res['accept_length_server_per_request']:.3f}, its log's \"accept len\" lines pooled {log_al:.3f}")
     assert SET_ACCEPT_LENGTH - bound - cut <= client <= SET_ACCEPT_LENGTH + bound, (client, rounds, requests)
+    # like with like: the server's per-request figures (completion / rounds) pooled as the client pools its own
+    # equal it to four digits; its per-request mean is another quantity and is labelled so
+    assert res["accept_length_server_pooled"] == pytest.approx(client, abs=5e-4), res
+

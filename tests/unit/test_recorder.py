@@ -116,3 +116,18 @@ def test_position_acceptance_from_the_servers_accepted_drafts_histogram():
     st.add(a)
     st.add(a)
     assert st.position_acceptance == (3 / 4, 2 / 4)
+
+
+@pytest.mark.parametrize(("requests", "client", "mean_of_ratios"), [
+    # (completion tokens, verify rounds): SGLang's per-request figure is completion / rounds (first token counted)
+    ([(9, 4), (5, 4)], (8 + 4) / 8, (9 / 4 + 5 / 4) / 2),
+    ([(101, 40), (3, 2), (51, 25)], (100 + 2 + 50) / 67, (101 / 40 + 3 / 2 + 51 / 25) / 3),
+])
+def test_the_servers_per_request_figures_pooled_alike_equal_the_clients(requests, client, mean_of_ratios):
+    st = Stats()
+    for completion, rounds in requests:
+        r = record([30] * (completion - 1), [1] * completion, verify=rounds)
+        st.add(dataclasses.replace(r, spec=SpecStats(rounds, accept_length=completion / rounds)))
+    assert st.accept_length == pytest.approx(client)
+    assert st.server_pooled_accept_length == pytest.approx(client)  # like with like
+    assert st.server_accept_length == pytest.approx(mean_of_ratios)  # a mean of ratios: another quantity

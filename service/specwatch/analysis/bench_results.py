@@ -85,6 +85,7 @@ def summarise(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_le
         accept_length_client=stats.accept_length,
         accept_length_server_per_request=stats.server_accept_length,
         accept_length_server_lifetime=lifetime_accept_length,
+        accept_length_server_pooled=stats.server_pooled_accept_length,
         verify_rounds=stats.verify_ct,
         position_acceptance=tuple(stats.position_acceptance),
         outcomes={o: stats.outcomes.get(o, 0) for o in OUTCOMES},

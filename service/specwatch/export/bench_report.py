@@ -108,8 +108,13 @@ def lag_warning(lag: ClientLag) -> str:
 def accept_line(doc: BenchDoc) -> str:
     s = doc.results
     server = s.accept_length_server_per_request or s.accept_length_server_lifetime
-    scope = " (per request)" if s.accept_length_server_per_request else " (server lifetime)"
-    return (f"  Accept length: client {fmt(s.accept_length_client)}"
+    scope = " (per request: the mean of its per-request ratios, first token counted)" \
+        if s.accept_length_server_per_request else " (server lifetime)"
+    pooled = f" (per step, pooled: {s.accept_length_client:.4f}; the server's per-request figures pooled " \
+        f"alike: {s.accept_length_server_pooled:.4f})" \
+        if s.accept_length_server_pooled is not None and s.accept_length_client is not None else \
+        " (per step, pooled)" if s.accept_length_client is not None else ""
+    return (f"  Accept length: client {fmt(s.accept_length_client)}{pooled}"
             + (f", server {server:.2f}{scope}" if server is not None else "")
             + ("" if s.accept_length_client is not None else "  (the server reports no verify rounds per request)"))
 

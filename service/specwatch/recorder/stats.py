@@ -56,6 +56,8 @@ class Stats:
     verify_ct: int = 0
     server_accept_sum: float = 0.0
     server_accept_n: int = 0
+    server_tokens: float = 0.0  # Σ (the server's per-request accept length × its verify rounds − the first token)
+    server_rounds: int = 0  # Σ verify rounds of the requests whose accept length the server gave
     approx_requests: int = 0  # per-chunk token counts were apportioned, not reported
     rounds_by_accepted: list[int] = field(default_factory=list)  # verify rounds by accepted drafts (server hist)
 
@@ -114,6 +116,8 @@ class Stats:
             if rec.spec.accept_length is not None:
                 self.server_accept_sum += rec.spec.accept_length
                 self.server_accept_n += 1
+                self.server_tokens += rec.spec.accept_length * rec.spec.verify_ct - 1
+                self.server_rounds += rec.spec.verify_ct
             _add_into(self.rounds_by_accepted, rec.spec.histogram)
 
     def merge(self, other: Stats) -> None:
@@ -127,7 +131,7 @@ class Stats:
         self.out_of_range.update(other.out_of_range)
         _add_into(self.rounds_by_accepted, other.rounds_by_accepted)
         for f in ("output_tokens", "decode_tokens", "decode_ns", "spec_tokens", "verify_ct", "server_accept_sum",
-                  "server_accept_n", "approx_requests"):
+                  "server_accept_n", "server_tokens", "server_rounds", "approx_requests"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
 
     # ---- read side (tick time only) ----------------------------------------------------------
@@ -181,6 +185,13 @@ class Stats:
     @property
     def position_acceptance(self) -> tuple[float, ...]:
         return positions_of(self.rounds_by_accepted)
+
+    @property
+    def server_pooled_accept_length(self) -> float | None:
+        """The server's per-request figures pooled as the client pools its own (tokens after the first over
+        verify rounds): like with like, where ``server_accept_length`` is a mean of per-request ratios that count
+        the first token (SGLang's completion ÷ verify count)."""
+        return self.server_tokens / self.server_rounds if self.server_rounds else None
 
     @property
     def server_accept_length(self) -> float | None:
