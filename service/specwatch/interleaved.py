@@ -62,6 +62,11 @@ class Target:
     records: list[RequestRecord] = field(default_factory=list)
     rounds: list[int] = field(default_factory=list)  # each measured record's round, in order
 
+    @property
+    def failed(self) -> bool:
+        """Not ready, or a round failed: left out of the later rounds (a result is "failed" until it is "ok")."""
+        return bool(self.result.error)
+
 
 def run_interleaved(sw: SweepSpec, spec: BenchSpec, todo: list[Step]) -> list[ConfigResult]:
     """Every target of ``todo`` measured in ``sw.interleave`` alternating rounds; their results in ``todo``'s
@@ -76,7 +81,7 @@ def run_interleaved(sw: SweepSpec, spec: BenchSpec, todo: list[Step]) -> list[Co
     for r, n in enumerate(sizes):
         for i in order(len(targets), r):
             t = targets[i]
-            if t.result.status == "failed":
+            if t.failed:
                 continue
             print(f"  -- round {r + 1} of {len(sizes)}: {t.step[0]}, {n} requests", flush=True)
             one = replace(spec, server_url=t.step[3], num_runs=n, warmup=spec.warmup if r == 0 else 0)
@@ -110,7 +115,7 @@ def _ready(sw: SweepSpec, spec: BenchSpec, t: Target) -> ConfigResult:
 
 def _result(sw: SweepSpec, spec: BenchSpec, t: Target) -> ConfigResult:
     """A target's records over every round analysed together, each run with its round."""
-    if t.result.status == "failed" or t.info is None:
+    if t.failed or t.info is None:
         return t.result
     print(f"\n=== {t.step[0]}: {len(set(t.rounds))} rounds ===", flush=True)
     plist = prompt_sets.read(spec.prompts) if spec.prompts else prompt_sets.builtin()
