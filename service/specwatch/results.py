@@ -417,6 +417,7 @@ class VersusPlain:
     low: float | None
     high: float | None
     outcome: str  # faster | slower | a tie | "" (plain decoding itself, or none measured)
+    rounds: int = 0  # > 0: the interval is paired over this many --interleave rounds; 0: Welch's over the requests
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,8 @@ def test_rounds_alternate_between_targets_and_the_interval_is_paired(procs, tmp_
     assert [(k, len(list(g))) for k, g in groupby(n for _, n in measured)] == \
         [("spec", 2), ("base", 4), ("spec", 4), ("base", 2)]
     assert "paired over 3 rounds" in p.stdout
+    vs = {c["label"]: c for c in doc["comparisons"]}
+    assert vs[f"target={spec.url}"]["rounds"] == 3 and vs[f"target={spec.url}"]["low"] is not None
 
 
 DRIFT = [1.0, 2.5, 1.0, 2.0, 1.0]  # the machine's speed by round: every server's costs scaled alike

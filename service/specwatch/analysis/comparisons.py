@@ -210,7 +210,8 @@ def records(results: Sequence[ConfigResult], running: str | None = None
     def rec(c: Comparison) -> VersusPlain:
         m = c.margin
         return VersusPlain(c.label, c.concurrency, c.tokens_per_second, c.plain_tokens_per_second,
-                           m.ratio if m else None, m.low if m else None, m.high if m else None, c.outcome)
+                           m.ratio if m else None, m.low if m else None, m.high if m else None, c.outcome,
+                           m.rounds if m else 0)
 
     return (tuple(rec(c) for c in comparisons(results).values()),
             tuple(LoadPick(b.concurrency, b.winner, b.fastest, b.steps, b.sentence()) for b in bands(results, running)))
