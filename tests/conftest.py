@@ -178,40 +178,85 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
+PING = """
+import sys, time, urllib.request
+url = sys.argv[1]
+while True:
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
+            r.read()
+        dt = time.monotonic() - t0
+        with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
+            r.read()
+        print(f"ok {t0:.6f} {dt:.6f}", flush=True)
+    except OSError as exc:
+        print(f"fail {t0:.6f} {exc!r}", flush=True)
+    time.sleep(0.02)  # the pace: 50 pings a second
+"""
+
+
 class Pinger:
-    """/healthz and /metrics, 50 times a second each, from another thread, until stopped."""
+    """/healthz and /metrics, 50 times a second each, from a process of its own, until stopped. Each ping is
+    timed in that process: a thread in pytest's process shared its GIL with the test's own scrapes and JSON, so
+    on two busy cores a slow ping measured the test, not the daemon. The child's clock is the system's monotonic
+    clock, so a reading is judged by when the ping was sent."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.worst_healthz_s = 0.0  # since the last reset
+        self.proc = subprocess.Popen([sys.executable, "-c", PING, url], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
         self.overall_worst_s = 0.0
         self.failures: list[str] = []
         self.count = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._worst = 0.0  # of the pings sent since ``_since``
+        self._since = time.monotonic()
+        self._last_sent = 0.0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            t0 = time.perf_counter()
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as r:
-                    r.read()
-                self.worst_healthz_s = max(self.worst_healthz_s, time.perf_counter() - t0)
-                with urllib.request.urlopen(self.url + "/metrics", timeout=2) as r:
-                    r.read()
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            kind, sent, rest = line.rstrip("\n").split(" ", 2)
+            with self._lock:
+                self._last_sent = max(self._last_sent, float(sent))
+                if kind != "ok":
+                    self.failures.append(rest)
+                    continue
                 self.count += 1
-            except OSError as exc:
-                self.failures.append(repr(exc))
+                if float(sent) >= self._since:
+                    self._worst = max(self._worst, float(rest))
+                else:  # sent before the last reset: the previous measurement's
+                    self.overall_worst_s = max(self.overall_worst_s, float(rest))
+
+    def _caught_up(self) -> None:
+        """Every ping sent before now has reported."""
+        now = time.monotonic()
+        wait_until(lambda: self._last_sent >= now or self.proc.poll() is not None, timeout_s=10, every_s=0.01,
+                   what="the pinger's report of a ping sent after now")
+
+    @property
+    def worst_healthz_s(self) -> float:
+        """The slowest /healthz since the last reset (every ping sent until now included)."""
+        self._caught_up()
+        with self._lock:
+            return self._worst
 
     def reset(self) -> float:
         """Start a new measurement (each fault is judged on its own); returns the worst so far."""
-        worst, self.worst_healthz_s = self.worst_healthz_s, 0.0
-        self.overall_worst_s = max(self.overall_worst_s, worst)
+        self._caught_up()
+        with self._lock:
+            worst, self._worst, self._since = self._worst, 0.0, time.monotonic()
+            self.overall_worst_s = max(self.overall_worst_s, worst)
         return worst
 
     def stop(self) -> None:
-        self._stop.set()
+        self._caught_up()
+        with self._lock:
+            self.overall_worst_s = max(self.overall_worst_s, self._worst)
+        self.proc.terminate()
+        self.proc.wait(5)
         self._thread.join(5)
 
 
