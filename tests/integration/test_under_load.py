@@ -94,14 +94,13 @@ def test_daemon_exports_its_loop_lag_and_runs_probe_workers(procs: Procs, tmp_pa
     m = scrape(d.url)
     assert "specwatch_event_loop_lag_p99_seconds" in m and "specwatch_distorted_intervals_total" in m
     # a real lag: the daemon's process frozen for 300 ms (the fault's length, not a wait), its loop's timer late
-    # by as much; the interval that holds it exports it, distorted, and the next intervals do not keep it
-    before = m["specwatch_distorted_intervals_total"]
+    # by as much; the interval that holds it exports it as its largest sample (one sample of ~100 an interval:
+    # its p99, and so "distorted", need not move), and the next intervals do not keep it
     d.popen.send_signal(signal.SIGSTOP)
     time.sleep(0.3)
     d.popen.send_signal(signal.SIGCONT)
     hit = wait_until(lambda: (x := scrape(d.url))["specwatch_event_loop_lag_seconds"] >= 0.25 and x, timeout_s=10,
                      every_s=0.05, what="the frozen interval's lag exported")
-    assert hit["specwatch_measurement_distorted"] == 1 and hit["specwatch_distorted_intervals_total"] > before
     assert hit["specwatch_event_loop_lag_p99_seconds"] <= hit["specwatch_event_loop_lag_seconds"] < 5
     wait_until(lambda: scrape(d.url)["specwatch_event_loop_lag_seconds"] < 0.25, timeout_s=10,
                what="the lag gauge back to the next interval's")

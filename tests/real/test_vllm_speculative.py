@@ -12,7 +12,7 @@ from realserver import COMPARISONS, bench
 from vllm_truth import engine_lines, metrics, spec_lines
 
 from conftest import free_port, http_get, http_json, specwatch_cmd, wait_until
-from specwatch.recorder.stats import positions_of
+from specwatch.recorder.accept import positions_of
 
 pytestmark = pytest.mark.integration
 

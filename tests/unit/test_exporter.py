@@ -24,7 +24,7 @@ def test_positions_that_leave_the_window_are_removed_not_left_stale():
 def test_probe_positions_follow_the_window_and_stay_within_0_and_1():
     e = Exporter(("spec",), (60,))
     st = Stats()
-    st.rounds_by_accepted = [1, 1, 2]  # rounds with 0, 1, 2 accepted drafts
+    st.spec.rounds_by_accepted = [1, 1, 2]  # rounds with 0, 1, 2 accepted drafts
     e.update_windows("1m", {"spec": st.describe()})
     got = samples(e, "specwatch_probe_position_acceptance_ratio")
     assert sorted(v for v in got.values()) == [0.5, 0.75] and all(0 <= v <= 1 for v in got.values())

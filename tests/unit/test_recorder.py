@@ -34,7 +34,7 @@ def test_a_chunk_of_n_tokens_gives_n_itl_samples_of_gap_over_n():
     assert st.mean("itl") == pytest.approx(0.010, rel=1e-3)
     assert st.mean("inter_chunk") == pytest.approx(0.030, rel=1e-3)
     assert st.mean("tokens_per_chunk") == 3.0  # the prefill's first chunk is not counted
-    assert st.accept_length == pytest.approx(9 / 3)
+    assert st.spec.accept_length == pytest.approx(9 / 3)
     assert st.decode_tokens_per_second == pytest.approx(9 / 0.090)
     assert st.quantiles("ttft", (0.5,))[0.5] == pytest.approx(0.040, rel=1e-3)
 
@@ -115,7 +115,7 @@ def test_position_acceptance_from_the_servers_accepted_drafts_histogram():
     a = dataclasses.replace(a, spec=SpecStats(4, histogram=(1, 1, 2)))  # rounds with 0, 1, 2 accepted drafts
     st.add(a)
     st.add(a)
-    assert st.position_acceptance == (3 / 4, 2 / 4)
+    assert st.spec.position_acceptance == (3 / 4, 2 / 4)
 
 
 @pytest.mark.parametrize(("requests", "client", "mean_of_ratios"), [
@@ -128,6 +128,6 @@ def test_the_servers_per_request_figures_pooled_alike_equal_the_clients(requests
     for completion, rounds in requests:
         r = record([30] * (completion - 1), [1] * completion, verify=rounds)
         st.add(dataclasses.replace(r, spec=SpecStats(rounds, accept_length=completion / rounds)))
-    assert st.accept_length == pytest.approx(client)
-    assert st.server_pooled_accept_length == pytest.approx(client)  # like with like
-    assert st.server_accept_length == pytest.approx(mean_of_ratios)  # a mean of ratios: another quantity
+    assert st.spec.accept_length == pytest.approx(client)
+    assert st.spec.server_pooled_accept_length == pytest.approx(client)  # like with like
+    assert st.spec.server_accept_length == pytest.approx(mean_of_ratios)  # a mean of ratios: another quantity

@@ -82,12 +82,12 @@ def summarise(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_le
         decode_tokens_per_second=stats.decode_tokens_per_second,
         latency_seconds=latency,
         tokens_per_chunk=spread(stats, "tokens_per_chunk"),
-        accept_length_client=stats.accept_length,
-        accept_length_server_per_request=stats.server_accept_length,
+        accept_length_client=stats.spec.accept_length,
+        accept_length_server_per_request=stats.spec.server_accept_length,
         accept_length_server_lifetime=lifetime_accept_length,
-        accept_length_server_pooled=stats.server_pooled_accept_length,
-        verify_rounds=stats.verify_ct,
-        position_acceptance=tuple(stats.position_acceptance),
+        accept_length_server_pooled=stats.spec.server_pooled_accept_length,
+        verify_rounds=stats.spec.verify_ct,
+        position_acceptance=tuple(stats.spec.position_acceptance),
         outcomes={o: stats.outcomes.get(o, 0) for o in OUTCOMES},
         out_of_range=dict(stats.out_of_range),
         approximated_token_counts=stats.approx_requests,
@@ -96,5 +96,5 @@ def summarise(stats: Stats, records: Sequence[RequestRecord], lifetime_accept_le
 
 
 def by_domain(per_domain: Mapping[str, Stats]) -> dict[str, DomainResult]:
-    return {d: DomainResult(st.outcomes.get("ok", 0), st.decode_tokens_per_second, st.accept_length)
+    return {d: DomainResult(st.outcomes.get("ok", 0), st.decode_tokens_per_second, st.spec.accept_length)
             for d, st in sorted(per_domain.items())}

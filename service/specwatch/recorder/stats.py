@@ -9,7 +9,6 @@ tick). ``describe`` is the read side, run once per window per tick: every quanti
 from __future__ import annotations
 
 import collections
-import itertools
 import math
 import weakref
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ from hdrh.histogram import HdrHistogram
 
 from ..hdr import hdr_quantiles
 from ..records import LATENCY_METRICS, OUTCOMES, QUANTILES, ProbeWindow, Quantiles, RequestRecord
+from .accept import AcceptCounts
 from .observations import Observations, observe
 from .vector import hdr_record
 
@@ -52,14 +52,8 @@ class Stats:
     output_tokens: int = 0
     decode_tokens: int = 0
     decode_ns: int = 0
-    spec_tokens: int = 0  # sum of (completion_tokens - 1) over requests with a verify count
-    verify_ct: int = 0
-    server_accept_sum: float = 0.0
-    server_accept_n: int = 0
-    server_tokens: float = 0.0  # Σ (the server's per-request accept length × its verify rounds − the first token)
-    server_rounds: int = 0  # Σ verify rounds of the requests whose accept length the server gave
     approx_requests: int = 0  # per-chunk token counts were apportioned, not reported
-    rounds_by_accepted: list[int] = field(default_factory=list)  # verify rounds by accepted drafts (server hist)
+    spec: AcceptCounts = field(default_factory=AcceptCounts)  # accept length and per-position acceptance
 
     def _hist(self, name: str) -> HdrHistogram:
         h = self.hists.get(name)
@@ -111,14 +105,7 @@ class Stats:
         al = rec.accept_length
         if al is not None and rec.spec is not None:
             self._put("accept_length", al * 1000)
-            self.spec_tokens += rec.spec_tokens
-            self.verify_ct += rec.spec.verify_ct
-            if rec.spec.accept_length is not None:
-                self.server_accept_sum += rec.spec.accept_length
-                self.server_accept_n += 1
-                self.server_tokens += rec.spec.accept_length * rec.spec.verify_ct - 1
-                self.server_rounds += rec.spec.verify_ct
-            _add_into(self.rounds_by_accepted, rec.spec.histogram)
+            self.spec.add(rec)
 
     def merge(self, other: Stats) -> None:
         if not self.hists:
@@ -129,9 +116,8 @@ class Stats:
             self.sums[name] += v
         self.outcomes.update(other.outcomes)
         self.out_of_range.update(other.out_of_range)
-        _add_into(self.rounds_by_accepted, other.rounds_by_accepted)
-        for f in ("output_tokens", "decode_tokens", "decode_ns", "spec_tokens", "verify_ct", "server_accept_sum",
-                  "server_accept_n", "server_tokens", "server_rounds", "approx_requests"):
+        self.spec.merge(other.spec)
+        for f in ("output_tokens", "decode_tokens", "decode_ns", "approx_requests"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
 
     # ---- read side (tick time only) ----------------------------------------------------------
@@ -163,10 +149,11 @@ class Stats:
             outcomes={o: self.outcomes.get(o, 0) for o in OUTCOMES},
             tokens_per_second=self.decode_tokens_per_second,
             tokens_per_second_relative_stderr=self.decode_tps_relative_stderr,
-            accept_length=self.accept_length, server_reported_accept_length=self.server_accept_length,
-            tokens_per_chunk=self.mean("tokens_per_chunk"), position_acceptance=self.position_acceptance,
+            accept_length=self.spec.accept_length, server_reported_accept_length=self.spec.server_accept_length,
+            tokens_per_chunk=self.mean("tokens_per_chunk"), position_acceptance=self.spec.position_acceptance,
             approximated_requests=self.approx_requests,
-            latency_s={m: self.quantiles_of(m) for m in LATENCY_METRICS}, position_rounds=sum(self.rounds_by_accepted))
+            latency_s={m: self.quantiles_of(m) for m in LATENCY_METRICS},
+            position_rounds=sum(self.spec.rounds_by_accepted))
 
     @property
     def decode_tokens_per_second(self) -> float | None:
@@ -179,38 +166,8 @@ class Stats:
         return relative_stderr(self.count("decode_tps"), self.sums["decode_tps"] / 1000, self.sums["decode_tps_sq"])
 
     @property
-    def accept_length(self) -> float | None:
-        return self.spec_tokens / self.verify_ct if self.verify_ct else None
-
-    @property
-    def position_acceptance(self) -> tuple[float, ...]:
-        return positions_of(self.rounds_by_accepted)
-
-    @property
-    def server_pooled_accept_length(self) -> float | None:
-        """The server's per-request figures pooled as the client pools its own (tokens after the first over
-        verify rounds): like with like, where ``server_accept_length`` is a mean of per-request ratios that count
-        the first token (SGLang's completion ÷ verify count)."""
-        return self.server_tokens / self.server_rounds if self.server_rounds else None
-
-    @property
-    def server_accept_length(self) -> float | None:
-        return self.server_accept_sum / self.server_accept_n if self.server_accept_n else None
-
-    @property
     def requests(self) -> int:
         return sum(self.outcomes.values())
-
-
-def positions_of(rounds_by_accepted: list[int]) -> tuple[float, ...]:
-    """Share of verify rounds whose draft position i (index 0 = position 1) was accepted, from the server's
-    per-request histogram of accepted drafts per round (SGLang's spec_correct_drafts_histogram, vLLM's
-    metrics.speculative_decoding.acceptance_histogram: index j = rounds that accepted exactly j drafts)."""
-    rounds = sum(rounds_by_accepted)
-    if not rounds:
-        return ()
-    tail = list(itertools.accumulate(reversed(rounds_by_accepted)))[::-1]  # rounds with >= i accepted
-    return tuple(t / rounds for t in tail[1:])
 
 
 def relative_stderr(n: int, total: float, sum_sq: float) -> float | None:
@@ -221,11 +178,3 @@ def relative_stderr(n: int, total: float, sum_sq: float) -> float | None:
     mean = total / n
     var = max(0.0, (sum_sq - n * mean * mean) / (n - 1))
     return math.sqrt(var / n) / mean if mean > 0 else None
-
-
-def _add_into(acc: list[int], counts: Iterable[int]) -> None:
-    for i, c in enumerate(counts):
-        if i < len(acc):
-            acc[i] += c
-        else:
-            acc.append(c)
