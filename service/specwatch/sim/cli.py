@@ -77,7 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-adaptive-config", default=None,
                    help='slots JSON file: {"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}} '
                         '(default: the built-in slots "1": [1,3,5,7], "8": [0,1,3], "32": [0,1], "64": [0])')
-    # 0.5.23's CUDA-graph flags (sim/graphs.py); --cuda-graph-bs, gone since 0.5.20, is refused as argparse does
+    add_graph_flags(p)
+    add_serving_flags(p)
+    add_sim_flags(p, logfmt.FAMILIES, logfmt.DEFAULT_FAMILY, "SGLang")
+    return p
+
+
+def add_graph_flags(p: argparse.ArgumentParser) -> None:
+    """0.5.23's CUDA-graph flags (sim/graphs.py); --cuda-graph-bs, gone since 0.5.20, is refused as argparse does."""
     p.add_argument("--cuda-graph-bs-decode", type=int, nargs="+", default=None,
                    help="decode CUDA-graph batch sizes; SGLang 0.5.23's adaptive router pads a batch up to these, "
                         "and without them pads nothing (default: none)")
@@ -89,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no decode CUDA graphs, as reported in /server_info (default: off)")
     p.add_argument("--disable-cuda-graph", action="store_true",
                    help="no CUDA graphs; deprecated in SGLang 0.5.23, with its warning (default: off)")
+
+
+def add_serving_flags(p: argparse.ArgumentParser) -> None:
+    """How it logs, streams and serves: SGLang's own flags for them."""
     p.add_argument("--decode-log-interval", type=int, default=40,
                    help="log a Decode batch line every this many verify rounds (default: 40 rounds)")
     p.add_argument("--stream-interval", type=int, default=1,
@@ -107,8 +118,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ssl-keyfile", default=None, help="the certificate's private key (PEM) (default: none)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"],
                    help="debug and info log the Decode batch lines (default: info)")
-    add_sim_flags(p, logfmt.FAMILIES, logfmt.DEFAULT_FAMILY, "SGLang")
-    return p
 
 
 def pick_engine(argv: list[str]) -> tuple[str, list[str]]:
