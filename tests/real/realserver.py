@@ -121,6 +121,21 @@ def wait_ready(server: RealServer, name: str, t0: float) -> None:
     smoke(server, name)
     TIMINGS[f"start {name} (s)"] = time.monotonic() - t0
 
+def start_side_by_side(tmp: Path, servers: dict[str, tuple[str, ...]]) -> dict[str, RealServer]:
+    """vLLM servers (name: extra flags) started side by side (their start is mostly imports); a failure stops
+    the ones already up."""
+    t0 = time.monotonic()
+    up = {name: launch(tmp, 0, name, extra) for name, extra in servers.items()}
+    try:
+        for name, s in up.items():
+            wait_ready(s, name, t0)
+    except BaseException:
+        for s in up.values():
+            s.stop()
+        raise
+    TIMINGS[f"start {'+'.join(servers)} side by side (s)"] = time.monotonic() - t0
+    return up
+
 
 def smoke(server: RealServer, name: str) -> None:
     """One real request after ``/health``: an EAGLE-3 head whose aux-layer ids do not fit the target passes

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
-from realserver import COMPARISONS, TIMINGS, RealServer, launch, pinned, wait_ready
+from realserver import COMPARISONS, TIMINGS, RealServer, pinned, start_side_by_side
 from serve_vllm import speculative_config
 from vllm_truth import metrics
 
@@ -48,20 +48,6 @@ def head_config(k: int) -> tuple[str, ...]:
     return ("--speculative-config", json.dumps(speculative_config(k, "eagle3")),
             "--per-request-spec-decode-metrics", "summary")
 
-
-def start(tmp: Path, servers: dict[str, tuple[str, ...]]) -> dict[str, RealServer]:
-    """Servers side by side (their start is mostly imports); a failure stops the ones already up."""
-    t0 = time.monotonic()
-    up = {name: launch(tmp, 0, name, extra) for name, extra in servers.items()}
-    try:
-        for name, s in up.items():
-            wait_ready(s, name, t0)
-    except BaseException:
-        for s in up.values():
-            s.stop()
-        raise
-    TIMINGS[f"start {'+'.join(servers)} side by side (s)"] = time.monotonic() - t0
-    return up
 
 
 def decode_tps(url: str, temperature: float, prompts: Path, tmp: Path) -> float:
@@ -207,7 +193,7 @@ def test_the_live_advisor_predicts_step_counts_it_never_ran_and_its_flags_run_th
             if temperature == 0.0 and one["best_steps"] not in servers:  # its flags, exactly as printed
                 flags = next(e["flags"] for e in adv["engine"] if e["engine"] == "vllm")
                 assert flags.startswith("--speculative-config "), adv["engine"]
-                advised = start(tmp_path, {"advised": tuple(shlex.split(flags))})
+                advised = start_side_by_side(tmp_path, {"advised": tuple(shlex.split(flags))})
                 up.update(advised)
             urls = {s: srv.url for s, srv in servers.items()}
             if advised:

@@ -47,7 +47,7 @@ from pathlib import Path
 import pytest
 import vllm_env
 import vllm_synthetic
-from realserver import COMPARISONS, TIMINGS, RealServer, launch, pinned, wait_ready
+from realserver import COMPARISONS, TIMINGS, RealServer, pinned, start_side_by_side
 from serve_vllm import speculative_config
 from vllm_truth import metrics, spec_lines
 
@@ -84,25 +84,11 @@ def position_bound(a: float, rounds: int) -> float:
     return Z * math.sqrt(a * (1 - a) / rounds)
 
 
-def start(tmp: Path, servers: dict[str, tuple[str, ...]]) -> dict[str, RealServer]:
-    """Servers side by side; a failure stops the ones already up."""
-    t0 = time.monotonic()
-    up = {name: launch(tmp, 0, name, extra) for name, extra in servers.items()}
-    try:
-        for name, s in up.items():
-            wait_ready(s, name, t0)
-    except BaseException:
-        for s in up.values():
-            s.stop()
-        raise
-    TIMINGS[f"start {'+'.join(servers)} side by side (s)"] = time.monotonic() - t0
-    return up
-
 
 @pytest.fixture(scope="module")
 def forced(vllm_installed, tmp_path_factory) -> Iterator[dict[int, RealServer]]:
     tmp = tmp_path_factory.mktemp("forced")
-    up = start(tmp, {f"vllm-forced-k{k}": ("--speculative-config", json.dumps(forced_config(k)),
+    up = start_side_by_side(tmp, {f"vllm-forced-k{k}": ("--speculative-config", json.dumps(forced_config(k)),
                                            "--per-request-spec-decode-metrics", "summary") for k in SERVED})
     try:
         yield {k: up[f"vllm-forced-k{k}"] for k in SERVED}
