@@ -463,7 +463,8 @@ def bucket_rates(b: BucketAdvice) -> LoadRates:
                      tuple((p.steps, p.tokens_per_second.value) for p in b.predictions if p.steps > 0))
 
 
-def _steps(n: int) -> str:
+def steps_text(n: int) -> str:
+    """"plain decoding", "1 step", "5 steps"."""
     return "plain decoding" if n == 0 else f"{n} step{'s' if n != 1 else ''}"
 
 
@@ -479,24 +480,25 @@ def describe(b: BucketAdvice, running: int | None) -> str:
     where = f"at {b.mean_load:.3g} running request{'' if b.mean_load == 1 else 's'}"
     if b.status != "ok" or b.best_steps is None or b.gain_vs_running is None or b.gain_vs_plain is None:
         return f"{where}: {b.status}"
-    run = _steps(running) if running is not None else "the running configuration"
+    run = steps_text(running) if running is not None else "the running configuration"
     plain = "" if b.best_steps == 0 else f"; {_pct(b.gain_vs_plain)} over plain decoding"
     more = ""
     if b.undecided:
         top = max((p for p in b.predictions if p.steps in b.undecided), key=lambda p: p.tokens_per_second.upper)
         more = (f"; {_span(b.undecided)} could be faster (up to {top.tokens_per_second.upper:.3g} tok/s at "
-                f"{_steps(top.steps)}): needs one more configuration measured (run `specwatch tune`, or give "
+                f"{steps_text(top.steps)}): needs one more configuration measured (run `specwatch tune`, or give "
                 "--advisor-prior)")
     if b.best_steps == running:
         best_word = "the best measured" if b.undecided else "the best predicted"
         return f"{where}, the running {run} is {best_word}{plain}{more}"
     if b.ties_running:
-        return f"{where}, {_steps(b.best_steps)} ties the running {run} ({_pct(b.gain_vs_running)}): a tie; " \
-               f"{_steps(b.best_steps)} is as fast and cheaper, no reason to restart for it alone{plain}{more}"
+        return f"{where}, {steps_text(b.best_steps)} ties the running {run} ({_pct(b.gain_vs_running)}): a tie; " \
+               f"{steps_text(b.best_steps)} is as fast and cheaper, no reason to restart for it alone{plain}{more}"
     if b.best_steps == 0 and running and b.undecided:
         return f"{where}, plain decoding is the best measured: the running {run} gives " \
                f"{_pct(_inverse(b.gain_vs_running))} against it{more}"
-    return f"{where}, {_steps(b.best_steps)} would give {_pct(b.gain_vs_running)} over the running {run}{plain}{more}"
+    return f"{where}, {steps_text(b.best_steps)} would give {_pct(b.gain_vs_running)} over the running " \
+           f"{run}{plain}{more}"
 
 
 def _inverse(e: Estimate) -> Estimate:
@@ -505,6 +507,6 @@ def _inverse(e: Estimate) -> Estimate:
 
 def _span(steps: Sequence[int]) -> str:
     if len(steps) == 1:
-        return _steps(steps[0])
+        return steps_text(steps[0])
     return f"{steps[0]}-{steps[-1]} steps" if list(steps) == list(range(steps[0], steps[-1] + 1)) else \
         ", ".join(map(str, steps)) + " steps"

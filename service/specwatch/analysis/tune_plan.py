@@ -27,7 +27,7 @@ from ..recorder.load import LoadBucket
 from ..results import ConfigResult
 from . import advisor, cost_model, engine_flags
 from .comparisons import Band
-from .live_advisor import Acceptance, Estimate, Prior, advise_bucket
+from .live_advisor import Acceptance, Estimate, Prior, advise_bucket, steps_text
 
 Z_95 = 1.96
 
@@ -83,10 +83,6 @@ class Next:
     reason: str  # why this one, or why stop
     predicted: tuple[tuple[int, Estimate], ...]  # (load, its prediction) for the chosen step count
     outlooks: tuple[Outlook, ...]
-
-
-def steps_text(n: int) -> str:
-    return "plain decoding" if n == 0 else f"{n} step{'s' if n != 1 else ''}"
 
 
 def _streams(n: int) -> str:
@@ -182,7 +178,6 @@ def choose(outlooks: Sequence[Outlook]) -> Next:
     """The step count with the highest predicted gain over a load's best measured, among those worth a launch."""
     scored: list[tuple[float, int, int]] = []  # (gain, -steps, load)
     for o in outlooks:
-        assert o.best_tps is not None or not o.worth()
         for s, e in o.worth():
             scored.append((e.value / (o.best_tps or 1.0), -s, o.load))
     if not scored:

@@ -36,6 +36,7 @@ from ..analysis import checks as honesty
 from ..errors import AuthError, ConfigError, RecordFileError
 from ..export import sweep_plots, sweep_report, sweep_tables
 from ..export.check_lines import lines as check_lines
+from ..export.format import span
 from ..results import ConfigResult, SweepDoc, levels
 from ..trial import Step, SweepSpec, check_templates, configs, fields, label, parse_params, prepare, run_one, safe, save
 
@@ -54,9 +55,9 @@ class SweepClock:
     def line(self, i: int, name: str, levels: int) -> str:
         self._t0 = self.now()
         so_far = self._t0 - self.start
-        eta = f", about {_span(statistics.fmean(self.took) * self.left)} left" if self.took else ""
+        eta = f", about {span(statistics.fmean(self.took) * self.left)} left" if self.took else ""
         cells = f", {levels} loads each" if levels > 1 else ""
-        return f"progress: configuration {i} of {self.total}{cells} ({_span(so_far)} so far{eta})"
+        return f"progress: configuration {i} of {self.total}{cells} ({span(so_far)} so far{eta})"
 
     def measured(self) -> None:
         self.took.append(self.now() - self._t0)
@@ -64,11 +65,6 @@ class SweepClock:
 
     def skipped(self) -> None:
         self.left -= 1
-
-
-def _span(seconds: float) -> str:
-    m, s = divmod(round(seconds), 60)
-    return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(SweepSpec)} | {"param": []}

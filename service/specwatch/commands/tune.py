@@ -32,10 +32,12 @@ from .. import codec, options
 from ..analysis import baseline as baseline_mod
 from ..analysis import checks as honesty
 from ..analysis import comparisons, engine_flags, load_sweep, tune_plan
-from ..analysis.compare import margin
+from ..analysis.compare import Margin, margin
+from ..analysis.live_advisor import steps_text
 from ..errors import AuthError, ConfigError, RecordFileError
 from ..export import sweep_tables
 from ..export.check_lines import lines as check_lines
+from ..export.format import span
 from ..options import default
 from ..results import ConfigResult, SweepDoc
 from ..trial import Step, SweepSpec, check_templates, parse_params, prepare, run_one, safe, save
@@ -181,7 +183,7 @@ def launch_record(res: ConfigResult, s: int, why: str, nxt: tune_plan.Next | Non
 
 def launch_line(la: TuneLaunch, i: int) -> str:
     """``launch 2: steps=2 - predicted 88.0 (73.1-114.2), measured 92.9 (92.3-93.5) at 1 stream`` per load."""
-    name = tune_plan.steps_text(la.steps)
+    name = steps_text(la.steps)
     if la.status != "ok":
         return f"  launch {i}: {name} FAILED ({la.error[-300:]}); the run goes on without it"
     parts = []
@@ -226,7 +228,7 @@ def loop(run: Run, plain: dict[int, tune_plan.Plain]) -> str:
             settled.add(label)
             continue
         if run.speculative >= t.max_launches:
-            return f"--max-launches {t.max_launches} spent; still undecided: {tune_plan.steps_text(nxt.steps)}, " \
+            return f"--max-launches {t.max_launches} spent; still undecided: {steps_text(nxt.steps)}, " \
                    f"{nxt.reason}"
         run.measure(nxt.steps, nxt.reason, nxt)
         space = [s for s in space if s not in run.failed]
@@ -246,11 +248,11 @@ def best_by_load(results: Sequence[ConfigResult], start: ConfigResult | None) ->
     return out
 
 
-def _ratio(m: Any) -> float | None:
+def _ratio(m: Margin | None) -> float | None:
     return 1.0 + m.ratio if m is not None else None
 
 
-def _interval(m: Any) -> tuple[float, float] | None:
+def _interval(m: Margin | None) -> tuple[float, float] | None:
     return (1.0 + m.low, 1.0 + m.high) if m is not None and m.low is not None and m.high is not None else None
 
 
@@ -295,13 +297,13 @@ def summary(doc: TuneDoc, t: TuneSpec) -> str:
             vs.append(f"{_pct(b.gain_vs_start, b.gain_vs_start_interval)} over the start ({t.start} steps)")
         if b.gain_vs_plain is not None and b.steps:
             vs.append(f"{_pct(b.gain_vs_plain, b.gain_vs_plain_interval)} over plain decoding")
-        lines.append(f"best at {c} stream{'s' if c != 1 else ''}: {tune_plan.steps_text(b.steps)}, {b.tok_s:.1f} "
+        lines.append(f"best at {c} stream{'s' if c != 1 else ''}: {steps_text(b.steps)}, {b.tok_s:.1f} "
                      "tok/s per stream (decode)" + ("; " + "; ".join(vs) if vs else ""))
     if doc.flags:
         lines += ["", "flags:", *doc.flags]
-    cost = f", about {_span(doc.exhaustive_wall_s)}" if doc.exhaustive_wall_s else ""
+    cost = f", about {span(doc.exhaustive_wall_s)}" if doc.exhaustive_wall_s else ""
     lines += ["", f"used: {doc.speculative_launches} speculative launch{'es' if doc.speculative_launches != 1 else ''}"
-              f" (the baseline apart) in {_span(doc.wall_s)}; an exhaustive sweep of the same range: "
+              f" (the baseline apart) in {span(doc.wall_s)}; an exhaustive sweep of the same range: "
               f"{doc.exhaustive_launches} launches{cost}"]
     return "\n".join(lines)
 
@@ -309,11 +311,6 @@ def summary(doc: TuneDoc, t: TuneSpec) -> str:
 def _pct(r: float, ci: tuple[float, float] | None) -> str:
     inner = f" (95% interval {100 * (ci[0] - 1):+.1f}% to {100 * (ci[1] - 1):+.1f}%)" if ci else ""
     return f"{100 * (r - 1):+.1f}%{inner}"
-
-
-def _span(seconds: float) -> str:
-    m, s = divmod(round(seconds), 60)
-    return f"{m}m{s:02d}s" if m else f"{s}s"
 
 
 def parse(argv: list[str]) -> TuneSpec:
