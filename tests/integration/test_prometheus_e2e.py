@@ -158,7 +158,13 @@ def test_misconfigured_is_quiet_at_the_best_step_count_and_fires_after_an_accept
     more_probes(base, int(8 / cost), timeout_s=90)
     assert alerts(base, "SpeculationMisconfigured") == []
     gains = prom_query(base, 'specwatch_advisor_predicted_gain_lower_ratio{load_bucket="1"}[5m]')[0]["values"]
-    assert all(float(v) <= 1.05 for _, v in gains) and gains[-1][1] == "1", gains
+    assert all(float(v) <= 1.05 for _, v in gains), gains
+    # the last advice: the running 2 steps (gain exactly 1), or fewer steps that only tie it (winner's rule: a tie
+    # goes to the fewer steps; CI once ended on 1 step at 0.96-1.04 of the running 2), never a claimed win
+    now = {name: float(prom_query(base, f'specwatch_advisor_{name}{{load_bucket="1"}}')[0]["value"][1])
+           for name in ("best_steps", "predicted_gain_lower_ratio", "predicted_gain_upper_ratio")}
+    assert (now["best_steps"] == 2 and now["predicted_gain_lower_ratio"] == 1) or (
+        now["best_steps"] < 2 and now["predicted_gain_lower_ratio"] <= 1 <= now["predicted_gain_upper_ratio"]), now
     # (a /control change states both scales: each applies to the profile as named, not to the running one)
     collapse = http_json(sims[0].control + "/control", {"accept_scale": 0.3, "cost_scale": cost})
     assert collapse["accept_length"] == pytest.approx(1.2305, abs=0.001)
