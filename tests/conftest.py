@@ -180,14 +180,14 @@ def scrape(url: str) -> dict[str, float]:
 
 PING = """
 import sys, time, urllib.request
-url = sys.argv[1]
+url, timeout = sys.argv[1], float(sys.argv[2])
 while True:
     t0 = time.monotonic()
     try:
-        with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
+        with urllib.request.urlopen(url + "/healthz", timeout=timeout) as r:
             r.read()
         dt = time.monotonic() - t0
-        with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
+        with urllib.request.urlopen(url + "/metrics", timeout=timeout) as r:
             r.read()
         print(f"ok {t0:.6f} {dt:.6f}", flush=True)
     except OSError as exc:
@@ -200,10 +200,10 @@ class Pinger:
     """/healthz and /metrics, 50 times a second each, from a process of its own, until stopped. Each ping is
     timed in that process: a thread in pytest's process shared its GIL with the test's own scrapes and JSON, so
     on two busy cores a slow ping measured the test, not the daemon. The child's clock is the system's monotonic
-    clock, so a reading is judged by when the ping was sent."""
+    clock, so a reading is judged by when the ping was sent. A ping unanswered in ``timeout_s`` is a failure."""
 
-    def __init__(self, url: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", PING, url], stdout=subprocess.PIPE,
+    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", PING, url, str(timeout_s)], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True)
         self.overall_worst_s = 0.0
         self.failures: list[str] = []
