@@ -97,9 +97,10 @@ def test_demo_comes_up_with_a_verdict(tmp_path, engine):
     url = f"http://127.0.0.1:{listen}"
     try:
         wait_until(lambda: http_get(url + "/healthz", 1)[0] == 200, timeout_s=30, what="the demo's daemon")
-        m = wait_until(lambda: (s := scrape(url)).get("specwatch_speculation_below_baseline") in (0.0, 1.0) and s,
-                       timeout_s=90, what="a verdict")
-        assert m["specwatch_speculation_below_baseline"] == 1.0  # 5 steps on the seed profile lose
+        # 5 steps on the seed profile lose. The first verdict, at 3 probes, may read 0 (not shown below: the
+        # interval still reaches 1; CI once) and turns to 1 as probes come: the demo must get there
+        wait_until(lambda: scrape(url).get("specwatch_speculation_below_baseline") == 1.0, timeout_s=90,
+                   what="the verdict: below the baseline")
         summary = http_json(url + "/api/summary")
         assert summary["server"]["last"]["vllm_spec" if engine == "vllm" else "sglang_decode"]["accept_length"]
         # the seed's 72 vs 90 tok/s, as the first verdict reads it: over one idle minute the demo's verdict moved
