@@ -161,8 +161,10 @@ def test_misconfigured_is_quiet_at_the_best_step_count_and_fires_after_an_accept
     assert all(float(v) <= 1.05 for _, v in gains), gains
     # the last advice: the running 2 steps (gain exactly 1), or fewer steps that only tie it (winner's rule: a tie
     # goes to the fewer steps; CI once ended on 1 step at 0.96-1.04 of the running 2), never a claimed win
-    now = {name: float(prom_query(base, f'specwatch_advisor_{name}{{load_bucket="1"}}')[0]["value"][1])
-           for name in ("best_steps", "predicted_gain_lower_ratio", "predicted_gain_upper_ratio")}
+    # one query, so that the three come from the same scrape
+    picked = prom_query(base, '{__name__=~"specwatch_advisor_(best_steps|predicted_gain_(lower|upper)_ratio)",'
+                              'load_bucket="1"}')
+    now = {r["metric"]["__name__"].removeprefix("specwatch_advisor_"): float(r["value"][1]) for r in picked}
     assert (now["best_steps"] == 2 and now["predicted_gain_lower_ratio"] == 1) or (
         now["best_steps"] < 2 and now["predicted_gain_lower_ratio"] <= 1 <= now["predicted_gain_upper_ratio"]), now
     # (a /control change states both scales: each applies to the profile as named, not to the running one)

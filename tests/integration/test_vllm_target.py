@@ -103,8 +103,8 @@ def test_demo_comes_up_with_a_verdict(tmp_path, engine):
                    what="the verdict: below the baseline")
         summary = http_json(url + "/api/summary")
         assert summary["server"]["last"]["vllm_spec" if engine == "vllm" else "sglang_decode"]["accept_length"]
-        # the seed's 72 vs 90 tok/s, as the first verdict reads it: over one idle minute the demo's verdict moved
-        # 0.78-0.85 (its relative stderr 1-4%), and a CI run's first one read 0.864
+        # the seed's 72 vs 90 tok/s, as the verdict reads it once below: over one idle minute the demo's verdict
+        # moved 0.78-0.85 (its relative stderr 1-4%), and a CI run's first one read 0.864
         assert summary["verdict"]["speedup"] == pytest.approx(72 / 90, rel=0.12)
     finally:
         d.popen.send_signal(signal.SIGINT)  # one signal: the demo drains, stops its simulators and exits
