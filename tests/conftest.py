@@ -57,6 +57,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_block(n: int) -> int:
+    """The first of ``n`` consecutive free ports (the demo takes port, port+1 and port+2): each of them is
+    bound at once before any is released, so none is taken by an earlier pick or a connection's local port."""
+    for _ in range(200):
+        first = free_port()
+        socks: list[socket.socket] = []
+        try:
+            for p in range(first, first + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError(f"no {n} consecutive free ports in 200 tries")
+
+
 def wait_until(pred: Callable[[], Any], timeout_s: float = 20.0, every_s: float = 0.05, what: str = "condition") -> Any:
     """Poll ``pred`` until it returns something truthy; fail with ``what`` after the deadline."""
     deadline = time.monotonic() + timeout_s

@@ -13,7 +13,17 @@ import sys
 
 import pytest
 
-from conftest import Procs, free_port, http_get, http_json, scrape, sim_truth, specwatch_cmd, wait_until
+from conftest import (
+    Procs,
+    free_port,
+    free_port_block,
+    http_get,
+    http_json,
+    scrape,
+    sim_truth,
+    specwatch_cmd,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -88,15 +98,34 @@ def test_sweep_templates_vllms_json_config_and_waits_on_health(tmp_path):
     assert by["k=5"]["log_accept_length"] == pytest.approx(2.1, abs=0.2)
 
 
+def demo_ports() -> tuple[int, int]:
+    """The demo's simulator port (it takes port+1 and port+2 too) and the daemon's, four free in a row: two
+    free_port() picks could overlap (CI once timed out on a demo whose daemon never answered)."""
+    first = free_port_block(4)
+    return first, first + 3
+
+
+def wait_for_demo(d, url: str) -> None:
+    """The demo's daemon answers /healthz; a demo that exits first fails at once, with its output."""
+    def up_or_exited() -> bool:
+        return d.popen.poll() is not None or http_get(url + "/healthz", 1)[0] == 200
+
+    try:
+        wait_until(up_or_exited, timeout_s=60, what="the demo's daemon")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{d.output()[-3000:]}") from None
+    assert d.popen.poll() is None, f"the demo exited ({d.popen.returncode}) before its daemon answered:\n{d.output()}"
+
+
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_demo_comes_up_with_a_verdict(tmp_path, engine):
     ps = Procs(tmp_path)
-    listen, port = free_port(), free_port()
+    port, listen = demo_ports()
     d = ps.start(specwatch_cmd("demo", "--engine", engine, "--port", str(port), "--listen", f"127.0.0.1:{listen}",
                                "--view", "log", "--duration", "120"), "demo")
     url = f"http://127.0.0.1:{listen}"
     try:
-        wait_until(lambda: http_get(url + "/healthz", 1)[0] == 200, timeout_s=30, what="the demo's daemon")
+        wait_for_demo(d, url)
         # 5 steps on the seed profile lose. The first verdict, at 3 probes, may read 0 (not shown below: the
         # interval still reaches 1; CI once) and turns to 1 as probes come: the demo must get there
         wait_until(lambda: scrape(url).get("specwatch_speculation_below_baseline") == 1.0, timeout_s=90,
@@ -118,12 +147,11 @@ def test_demo_comes_up_with_a_verdict(tmp_path, engine):
 
 def test_demo_interrupted_twice_still_stops_its_simulators(tmp_path):
     ps = Procs(tmp_path)
-    listen, port = free_port(), free_port()
+    port, listen = demo_ports()
     d = ps.start(specwatch_cmd("demo", "--engine", "vllm", "--port", str(port), "--listen", f"127.0.0.1:{listen}",
                                "--view", "log"), "demo")
     try:
-        wait_until(lambda: http_get(f"http://127.0.0.1:{listen}/healthz", 1)[0] == 200, timeout_s=30,
-                   what="the demo's daemon")
+        wait_for_demo(d, f"http://127.0.0.1:{listen}")
         d.popen.send_signal(signal.SIGINT)
         d.popen.send_signal(signal.SIGINT)  # the second: exit at once
         assert d.popen.wait(30) in (0, 130)
