@@ -31,6 +31,15 @@ import vllm_env  # noqa: E402
 START_TIMEOUT_S = 300.0
 TIMINGS: dict[str, float] = {}  # printed at the end of the run
 COMPARISONS: list[str] = []  # specwatch vs the server's own numbers, printed at the end
+# Student's t, two-sided 99%, by degrees of freedom: a mean over n rounds is within t99(n) standard errors of the
+# truth 99 times in 100. "Twice the standard error" is a normal's 95% and holds only for many rounds: over 5 rounds
+# (4 degrees of freedom) twice the standard error is an 88% interval, and a right prediction missed it in CI
+T99 = {1: 63.657, 2: 9.925, 3: 5.841, 4: 4.604, 5: 4.032, 6: 3.707, 7: 3.499, 8: 3.355, 9: 3.250, 10: 3.169}
+
+
+def t99(rounds: int) -> float:
+    """Standard errors of a mean over ``rounds`` rounds that hold its truth 99 times in 100."""
+    return T99.get(rounds - 1, 2.576)
 
 
 @dataclass
