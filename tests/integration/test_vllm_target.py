@@ -90,11 +90,13 @@ def test_sweep_templates_vllms_json_config_and_waits_on_health(tmp_path):
     assert [c["status"] for c in doc["configurations"]] == ["ok"] * 3
     assert (by["k=2"]["steps"], by["k=5"]["steps"], by["baseline"]["steps"]) == (2, 5, 0)
     assert '"num_speculative_tokens": 5}' in by["k=5"]["command"]
-    # the seed story, behind vLLM's surface: k=2 the fastest; the winner is the pick, k=2 only where it beats plain
-    # decoding outside the noise of its three requests (the fewest a pick is crowned on)
+    # the seed story, behind vLLM's surface: k=5 loses; k=2's +3% over plain decoding is within the noise of three
+    # requests (the fewest a pick is crowned on: these three drew -0.6%, -6.1% to +4.9%), so either is the fastest,
+    # and the pick is k=2 only where it beats plain decoding outside that noise
     pick = doc["picks"][0]
     outcome = next(c["outcome"] for c in doc["comparisons"] if c["label"] == "k=2")
-    assert pick["fastest"] == "k=2" and doc["winner"] == pick["pick"] == ("k=2" if outcome == "faster" else "baseline")
+    assert pick["fastest"] in ("k=2", "baseline")
+    assert doc["winner"] == pick["pick"] == ("k=2" if outcome == "faster" else "baseline")
     assert by["k=5"]["log_accept_length"] == pytest.approx(2.1, abs=0.2)
 
 

@@ -40,13 +40,16 @@ def truth(profile: m.Profile, n: int) -> m.BestSteps:
 
 
 _TRUTHS: dict[tuple[str, int], m.BestSteps] = {}
+# measured requests at every load: with the pattern's default (48 at one stream) the one-stream sweep's points
+# move up to 2.5% with the acceptance draws, and the prior's fitted cost shape far more (verify_extra 3.7 or 20.7 ms)
+REQUESTS = 192
 
 
 def _truth(profile: m.Profile, n: int) -> m.BestSteps:
     settings = EngineSettings(profile=profile, spec=spec(1), max_running_requests=64, seed=1)
     spread_ms = 256 * m.cycle_ms(profile, m.SpecConfig(), n) / n
     return oracle.best_steps(settings, Pattern(streams=n, arrival="staggered", stagger_ms=spread_ms, prompt_tokens=64,
-                                               output_tokens=256), 10)
+                                               output_tokens=256, requests=REQUESTS), 10)
 
 
 def positions(profile: m.Profile, steps: int) -> tuple[float, ...]:
@@ -89,8 +92,14 @@ def test_with_a_sweep_prior_the_best_and_the_predictions_match_the_model(name, n
     adv = la.advise_bucket(b, want.tokens_per_second[0], None, acc, prior_from(p), 10, 3)
     assert adv.status == "ok"
     assert want.tokens_per_second[adv.best_steps] >= 0.99 * want.tokens_per_second[want.best_steps]
-    for pred in adv.predictions[:k + 5]:  # far above k at load, the one-stream shape reads high (the docstring)
-        assert pred.tokens_per_second.value == pytest.approx(want.tokens_per_second[pred.steps], rel=0.05), pred.steps
+    # at one stream every step count within 5%; at load up to 3 steps past k. Far above k at load the one-stream
+    # shape reads high (the docstring): mixed at 16 streams from k = 2, +5% at 6 steps and +12% at 10, never low
+    for pred in adv.predictions:
+        got, exact = pred.tokens_per_second.value, want.tokens_per_second[pred.steps]
+        if n == 1 or pred.steps <= k + 3:
+            assert got == pytest.approx(exact, rel=0.05), pred.steps
+        else:
+            assert 0.95 * exact <= got <= 1.15 * exact, pred.steps
     assert [pr.measured for pr in adv.predictions] == [s in (0, k) for s in range(11)]  # tok/s measured
 
 

@@ -1,6 +1,6 @@
 """The oracle's parts on their own: the virtual loop's clock, the engine run on it (exact where the timing
 model has a closed form), the arrival patterns as bench sends them, the steady-state rule, and the query
-parser. The oracle against the served engine is benchmarks/explain_vs_served.py."""
+parser. The oracle against the served engine: tests/integration/test_explain_vs_served.py."""
 
 from __future__ import annotations
 

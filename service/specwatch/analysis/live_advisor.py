@@ -18,11 +18,11 @@ drafting (topk 1) the running ``k`` is the number of positions reported. Then fo
 from a sweep's cycle-model fit (``--advisor-prior sweep.json``): the fit at the sweep's level in the bucket's
 load when it ran one (``sweep --concurrency 1,16``: under load the verify's compute grows with batch × draft
 tokens and prefill stalls join every round, so the one-stream shape misreads step counts far from ``k`` —
-against the simulator's model at 16 streams, mixed profile from k = 2, 10 steps ~10% high), else its first
-level's; the live numbers set its scale at every load. Without a prior the shape is unknown, but a round's
-cost rises with ``s`` and no faster than linearly (drafting is linear, verifying saturates), so ``g(s)/g(k)``
-lies between ``s/k`` and 1 below ``k`` and between 1 and ``s/k`` above: the estimate is the middle, the
-interval the whole range.
+against the simulator's model at 16 streams, mixed profile from k = 2, 6 steps +5% and 10 steps +12%), else
+its first level's; the live numbers set its scale at every load. Without a prior the shape is unknown, but a
+round's cost rises with ``s`` and no faster than linearly (drafting is linear, verifying saturates), so
+``g(s)/g(k)`` lies between ``s/k`` and 1 below ``k`` and between 1 and ``s/k`` above: the estimate is the middle,
+the interval the whole range.
 
 Acceptance beyond ``k`` is not measured. With a prior it follows the prior's conditional acceptance along
 the chain, scaled by live ÷ prior at position ``k`` (a traffic mix or temperature scales every position's

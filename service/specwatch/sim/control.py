@@ -17,7 +17,7 @@ from . import model, oracle, pattern
 from .engine import Engine, EngineSettings
 from .faults import FaultPlan
 
-SCALE_RANGE = {"accept_scale": (0.0, 10.0), "cost_scale": (0.0, 100.0)}
+SCALE_RANGE = {"accept_scale": (0.0, 10.0), "cost_scale": (0.0, model.MAX_COST_SCALE)}
 MAX_PAUSE_S = 3600.0
 
 

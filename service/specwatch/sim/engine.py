@@ -9,8 +9,8 @@ Everything the engine did is kept in ``truth`` (a bounded ring of finished reque
 The engine reads time from the clock it is given and sleeps on its event loop: the wall clock and a
 normal loop when it serves; a virtual clock and ``virtual.VirtualLoop`` (time jumps from event to event)
 when ``/explain`` runs the same code on a stated arrival pattern. Each request draws its acceptance from its
-own generator, seeded in submission order from the engine's, so a request's draws do not depend on which
-others shared its rounds: the served engine and the virtual one agree request by request.
+own generator, seeded by its prompt (``draws``), so a request's draws depend neither on which others shared its
+rounds nor on the order they arrived in: the served engine and the virtual one agree request by request.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from . import logfmt, model
 from .decode_log import DecodeLog, SchedulerLog
+from .draws import DrawSeeds
 from .text import TokenStream, classify_domain, natural_length
 
 
@@ -197,7 +198,7 @@ class Engine:
                  clock: Clock = time.monotonic_ns) -> None:
         self.s = settings
         self.clock = clock
-        self.rng = random.Random(settings.seed)  # seeds each request's own generator, in submission order
+        self.draws = DrawSeeds(settings.seed)  # seeds each request's own generator, by its prompt
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []
         self.truth: collections.deque[dict[str, Any]] = collections.deque(maxlen=20_000)
@@ -224,7 +225,7 @@ class Engine:
 
     def reseed(self, seed: int) -> None:
         """The next requests draw their acceptance as a fresh engine's with ``seed`` would (``/control``)."""
-        self.rng.seed(seed)
+        self.draws.reseed(seed)
 
     def pause(self, seconds: float) -> None:
         self._pause_ns = int(seconds * 1e9)
@@ -236,7 +237,7 @@ class Engine:
     # ---- request intake ----------------------------------------------------------------------
     def submit(self, req: SimRequest) -> None:
         req.prepare(self.s.profile, self.s.spec, self.s.seed, self.clock())
-        req.rng.seed(self.rng.getrandbits(64))
+        req.rng = self.draws.rng_for(req.prompt)
         self.waiting.append(req)
         self._wake.set()
 

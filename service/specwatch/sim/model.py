@@ -44,6 +44,9 @@ from dataclasses import dataclass, field, replace
 
 # a zero-draft round in a speculating server over plain decoding's round (vllm-project/vllm#49548, 2 streams)
 OFF_ROUND_TAX = 0.066
+# the most a profile's costs may be multiplied by (--cost-scale, /control): the fast profile at 64 streams needs
+# over 100 to keep a round at 32 ms, slow enough for two cores to keep its pace
+MAX_COST_SCALE = 1000.0
 NGRAM_MAX_BFS_BREADTH = 10  # --speculative-ngram-max-bfs-breadth's default (srt/arg_groups/fields/spec.py:256-259)
 NGRAM_DEFAULT_DRAFT_TOKENS = 12  # speculative_hook.py:1314-1323
 # logged when NGRAM's draft tokens are not given (speculative_hook.py:1320-1323)

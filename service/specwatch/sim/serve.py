@@ -134,8 +134,8 @@ def check_sim_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error("--streams: each must be from 1 to 10000")
     if not 0 <= args.max_steps <= 64:
         parser.error("--max-steps must be from 0 to 64")
-    if not 0.001 <= args.cost_scale <= 100:
-        parser.error("--cost-scale must be from 0.001 to 100")
+    if not 0.001 <= args.cost_scale <= model.MAX_COST_SCALE:
+        parser.error(f"--cost-scale must be from 0.001 to {model.MAX_COST_SCALE:g}")
     if not 0 <= args.off_round_tax <= 10:
         parser.error("--off-round-tax must be from 0 to 10")
     if args.explain:

@@ -77,6 +77,11 @@ def quiet(settings: EngineSettings) -> EngineSettings:
 
 
 def run(settings: EngineSettings, pattern: Pattern) -> VirtualRun:
+    """The engine on ``pattern`` in virtual time. An unseeded engine draws with the pattern's seed: the oracle
+    gives one answer to one question (unseeded, seed at 2 steps crossed plain decoding anywhere from 2.7 to 3.7
+    streams from run to run: its speed-up stays within 3% of 1 from 2 to 4 streams)."""
+    if settings.seed is None:
+        settings = dataclasses.replace(settings, seed=pattern.seed)
     loop = VirtualLoop()
     try:
         return loop.run_until_complete(_drive(quiet(settings), pattern, loop))
