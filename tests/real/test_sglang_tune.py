@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from realserver import COMPARISONS, TIMINGS
+from realserver import COMPARISONS, TIMINGS, bench
 from sglangserver import launch, wait_ready
 
 from conftest import specwatch_cmd
@@ -25,12 +25,10 @@ pytestmark = pytest.mark.integration
 TOLERANCE = 0.10
 
 
-def bench(url: str, out: Path, common: tuple[str, ...]) -> float:
-    """Per-stream decode tok/s of one ``bench`` run."""
-    p = subprocess.run(specwatch_cmd("bench", "--server-url", url, "--json", str(out), *common),
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    return float(json.loads(out.read_text())["results"]["decode_tokens_per_second"])
+def decode_tps(url: str, tmp: Path, common: tuple[str, ...]) -> float:
+    """Per-stream decode tok/s of one ``bench`` run (``realserver.bench``: greedy, as ``common`` asks too)."""
+    doc, _ = bench(url, tmp, *common)
+    return float(doc["results"]["decode_tokens_per_second"])
 
 
 def interleaved(urls: dict[int, str], tmp: Path, common: tuple[str, ...], rounds: int = 3
@@ -41,7 +39,7 @@ def interleaved(urls: dict[int, str], tmp: Path, common: tuple[str, ...], rounds
     order = list(urls)
     for r in range(rounds):
         for s in order[r % len(order):] + order[:r % len(order)]:
-            rates[s].append(bench(urls[s], tmp / f"bench-{s}-{r}.json", common))
+            rates[s].append(decode_tps(urls[s], tmp, common))
     return ({s: statistics.fmean(v) for s, v in rates.items()},
             {s: statistics.stdev(v) / len(v) ** 0.5 for s, v in rates.items()})
 
@@ -63,8 +61,8 @@ def test_tune_climbs_ngram_draft_tokens_to_the_sweeps_best(sglang, tmp_path):
         # same warm caches (CI once measured 3 and 4 draft tokens alike in tune, the fixture's server at 4 with
         # other texts behind it, then 4 at 685 tok/s against 3's 480 in the truth)
         t0 = time.monotonic()
-        for s, url in urls.items():
-            bench(url, tmp_path / f"prime-{s}.json", common)
+        for url in urls.values():
+            decode_tps(url, tmp_path, common)
         TIMINGS["sglang ngram: prime 4 servers (s)"] = time.monotonic() - t0
         t0 = time.monotonic()
         p = subprocess.run(specwatch_cmd("tune", "--targets", targets, "--param", "steps=0,2,3,4", "--start",
