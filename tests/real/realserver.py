@@ -267,11 +267,12 @@ def heldout_prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def bench(url: str, tmp: Path, *flags: str) -> tuple[dict, list[RequestRecord]]:
-    """``specwatch bench`` greedy against ``url``: its JSON document and its records."""
+def bench(url: str, tmp: Path, *flags: str, pin: bool = False) -> tuple[dict, list[RequestRecord]]:
+    """``specwatch bench`` greedy against ``url`` (on CPU 1 if ``pin``): its JSON document and its records."""
     out, recs = tmp / "bench.json", tmp / "bench.jsonl"
-    p = subprocess.run(specwatch_cmd("bench", "--server-url", url, "--temperature", "0", "--json", str(out),
-                                     "--records", str(recs), *flags), capture_output=True, text=True, timeout=300)
+    cmd = specwatch_cmd("bench", "--server-url", url, "--temperature", "0", "--json", str(out), "--records", str(recs),
+                        *flags)
+    p = subprocess.run(pinned(cmd) if pin else cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     records = [r for r in codec.read(str(recs)) if isinstance(r, RequestRecord)]
     return json.loads(out.read_text()), records

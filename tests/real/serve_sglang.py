@@ -9,7 +9,7 @@ started the server; everything after is SGLang's own output (SGLang logs to stde
 
 It adds only what is about the model, the address and this machine: the tier's tiny model, 127.0.0.1 and
 the port, the CPU engine and device, no CUDA/CPU graphs, a fixed KV pool (SGLang would size it from the
-whole machine's memory), ``--sleep-on-idle`` (an idle CPU scheduler otherwise busy-polls a core),
+whole machine's memory), one OpenMP thread, ``--sleep-on-idle`` (an idle CPU scheduler otherwise busy-polls a core),
 ``--enable-metrics`` and the decode log interval; the environment of ``sglang_env.environment()`` (offline,
 caches inside the tier's cache, the stand-ins of ``sglang_cpu/`` first on ``PYTHONPATH``). The speculative
 flags come only from ``--algorithm``/``--draft-tokens``/``--steps``/``--topk`` or from the raw extras: the
@@ -123,7 +123,11 @@ def main() -> int:
         print(f"serve_sglang: {exc}", file=sys.stderr, flush=True)
         return 3
     print(shlex.join(cmd), flush=True)
-    child = subprocess.Popen(cmd, env=sglang_env.environment(), stdin=subprocess.DEVNULL)
+    # one compute thread: on a CPU without AMX SGLang binds no OpenMP threads (its bootstrap skips
+    # init_cpu_threads_env), and torch's two wait on each other whenever one is descheduled (both on one core,
+    # an NGRAM server served 37 tok/s where one thread serves 700)
+    child = subprocess.Popen(cmd, env={**sglang_env.environment(), "OMP_NUM_THREADS": "1"},
+                             stdin=subprocess.DEVNULL)
     stopping: list[float] = []
 
     def stop(*_: object) -> None:

@@ -83,6 +83,37 @@ def wait_ready(server: RealServer, name: str, t0: float, timeout_s: float = STAR
     TIMINGS[f"start {name} (s)"] = time.monotonic() - t0
 
 
+def _group_threads(pgid: int) -> list[int]:
+    """Every thread of every process in process group ``pgid``: a server's scheduler, detokenizer, HTTP server."""
+    tids = []
+    for d in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if d.name.isdigit() and int((d / "stat").read_text().rpartition(")")[2].split()[2]) == pgid:
+                tids += [int(t) for t in os.listdir(d / "task")]
+    return tids
+
+
+@contextlib.contextmanager
+def pinned_servers(servers: list[RealServer], cpu: int = 0) -> Iterator[None]:
+    """The servers' every thread on ``cpu`` while the block runs, then back on every CPU. Unpinned, a server
+    shares a core with the client now and then: CI measured a warm NGRAM server at 536 tok/s in one run and
+    703 ± 64 over three just after. Pinned (its one OpenMP thread, ``serve_sglang.py``), eight runs here spread
+    2.5% without a trend, the client on the other CPU (``realserver.pinned``). Servers start unpinned (two side by
+    side take 28 s of two cores, not 40 s of one) and are pinned only to be measured."""
+
+    def pin(cpus: set[int]) -> None:
+        for server in servers:
+            for tid in _group_threads(server.popen.pid):
+                with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                    os.sched_setaffinity(tid, cpus)
+
+    pin({cpu})
+    try:
+        yield
+    finally:
+        pin(set(range(os.cpu_count() or 1)))
+
+
 def tail(server: RealServer, n: int = 25) -> str:
     return "\n".join(server.output().splitlines()[-n:])
 

@@ -5,7 +5,9 @@ plain server, two more started beside them), from 2 draft tokens; then the same 
 sweep whose rounds rotate over the servers, so the machine's drift falls on all alike): tune's pick is its best,
 or within its resolution (10% of the best, or twice the two means' standard error: the vLLM tier's), in at most
 three speculative launches. NGRAM's cache learns the texts it serves, so every server serves the prompts once
-before tune: tune and the truth then measure the same warm caches."""
+before tune: tune and the truth then measure the same warm caches. Tune measures each server once, so the four
+are measured on CPU 0, the clients on CPU 1 (``sglangserver.pinned_servers``): unpinned, CI once measured the
+4-token server at 536 tok/s in tune and 703 ± 64 just after."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from realserver import COMPARISONS, TIMINGS, bench
-from sglangserver import launch, wait_ready
+from realserver import COMPARISONS, TIMINGS, bench, pinned
+from sglangserver import launch, pinned_servers, wait_ready
 
 from conftest import specwatch_cmd
 
@@ -26,8 +28,9 @@ TOLERANCE = 0.10
 
 
 def decode_tps(url: str, tmp: Path, common: tuple[str, ...]) -> float:
-    """Per-stream decode tok/s of one ``bench`` run (``realserver.bench``: greedy, as ``common`` asks too)."""
-    doc, _ = bench(url, tmp, *common)
+    """Per-stream decode tok/s of one ``bench`` run on CPU 1 (``realserver.bench``: greedy, as ``common`` asks
+    too)."""
+    doc, _ = bench(url, tmp, *common, pin=True)
     return float(doc["results"]["decode_tokens_per_second"])
 
 
@@ -60,19 +63,21 @@ def test_tune_climbs_ngram_draft_tokens_to_the_sweeps_best(sglang, tmp_path):
         # time. Each server sees them once before anything is measured, so tune and the truth below measure the
         # same warm caches (CI once measured 3 and 4 draft tokens alike in tune, the fixture's server at 4 with
         # other texts behind it, then 4 at 685 tok/s against 3's 480 in the truth)
-        t0 = time.monotonic()
-        for url in urls.values():
-            decode_tps(url, tmp_path, common)
-        TIMINGS["sglang ngram: prime 4 servers (s)"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        p = subprocess.run(specwatch_cmd("tune", "--targets", targets, "--param", "steps=0,2,3,4", "--start",
-                                         "steps=2", "--max-launches", "3", "--out", str(tmp_path / "tune"), *common),
-                           capture_output=True, text=True, timeout=900)
-        assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
-        TIMINGS["sglang tune --targets of 4 (s)"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        truth, se = interleaved(urls, tmp_path, common)
-        TIMINGS["sglang tune's truth, 4 servers interleaved (s)"] = time.monotonic() - t0
+        with pinned_servers([sglang["plain"], extra[2], extra[3], sglang["ngram"]]):
+            t0 = time.monotonic()
+            for url in urls.values():
+                decode_tps(url, tmp_path, common)
+            TIMINGS["sglang ngram: prime 4 servers (s)"] = time.monotonic() - t0
+            t0 = time.monotonic()
+            p = subprocess.run(pinned(specwatch_cmd("tune", "--targets", targets, "--param", "steps=0,2,3,4",
+                                                    "--start", "steps=2", "--max-launches", "3",
+                                                    "--out", str(tmp_path / "tune"), *common)),
+                               capture_output=True, text=True, timeout=900)
+            assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+            TIMINGS["sglang tune --targets of 4 (s)"] = time.monotonic() - t0
+            t0 = time.monotonic()
+            truth, se = interleaved(urls, tmp_path, common)
+            TIMINGS["sglang tune's truth, 4 servers interleaved (s)"] = time.monotonic() - t0
     finally:
         for server in extra.values():
             server.stop()
