@@ -2,9 +2,11 @@
 
 One asyncio task owns all request state. Each iteration either prefills waiting requests (up to
 ``max_running_requests``) or runs one decode round for every running request, sleeping until an absolute
-deadline so that timer overshoot never accumulates. Outputs go to each request's queue as cumulative
-snapshots; the HTTP layer coalesces queued snapshots exactly as SGLang's tokenizer manager does.
-Everything the engine did is kept in ``truth`` (a bounded ring of finished requests) for tests.
+deadline so that timer overshoot never accumulates. The schedule is the engine's, not the host's: an idle
+engine resumes at the arrival that woke it, and a prefill takes the requests that had arrived by its
+scheduled start, so that a late wake neither lengthens a request nor changes a batch. Outputs go to each
+request's queue as cumulative snapshots; the HTTP layer coalesces queued snapshots exactly as SGLang's
+tokenizer manager does. Everything the engine did is kept in ``truth`` (a bounded ring of finished requests) for tests.
 
 The engine reads time from the clock it is given and sleeps on its event loop: the wall clock and a
 normal loop when it serves; a virtual clock and ``virtual.VirtualLoop`` (time jumps from event to event)
@@ -157,6 +159,26 @@ class Pacer:
         await asyncio.sleep(max(0, delay) / 1e9)
         return self.clock()
 
+    def now(self) -> int:
+        """The engine's time on its own schedule: the last deadline (a late wake's extra time is the host's)."""
+        return self.clock() if self.deadline is None else self.deadline
+
+    def resume_at(self, arrival_ns: int) -> None:
+        """An idle engine's schedule resumes at the arrival that woke it, not when the event loop ran it: the
+        handler's parsing of that request is the host's time, not the engine's."""
+        if self.deadline is None or self.deadline < arrival_ns:
+            self.deadline = arrival_ns
+
+
+def due(waiting: collections.deque[SimRequest], now: int, free: int) -> list[SimRequest]:
+    """A prefill's batch: the waiting requests that had arrived by ``now`` on the engine's schedule, up to
+    ``free``. One the event loop took in while the engine woke late waits for the next step, as it would have
+    on time, so the served engine batches as the virtual one does."""
+    batch: list[SimRequest] = []
+    while waiting and len(batch) < free and waiting[0].arrival_ns <= now:
+        batch.append(waiting.popleft())
+    return batch
+
 
 @dataclass(slots=True)
 class EngineSettings:
@@ -276,14 +298,16 @@ class Engine:
                 await self._wake.wait()
                 self.pace.deadline = None
                 continue
-            if self.waiting and len(self.running) < self.s.max_running_requests:
+            if not self.running:
+                self.pace.resume_at(self.waiting[0].arrival_ns)
+            ready = self.waiting and self.waiting[0].arrival_ns <= self.pace.now()
+            if ready and len(self.running) < self.s.max_running_requests:
                 await self._prefill()
             else:
                 await self._decode_round()
 
     async def _prefill(self) -> None:
-        free = self.s.max_running_requests - len(self.running)
-        batch = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
+        batch = due(self.waiting, self.pace.now(), self.s.max_running_requests - len(self.running))
         new_tokens = sum(r.prompt_tokens for r in batch)
         now = await self.pace.sleep_for(model.prefill_ms(self.s.profile, new_tokens))
         batch = [r for r in batch if r.finish_reason is None]
