@@ -69,9 +69,10 @@ def test_a_late_engine_neither_lengthens_a_request_nor_merges_a_prefill():
         loop.now_ns = 1_600_000
         engine.submit(request("a", MS))
         engine.submit(request("b", 1_500_000))
+        both = asyncio.Event()
+        engine.on_finish = lambda r: both.set() if engine.counters["finished"] == 2 else None
         task = loop.create_task(engine.run())
-        while engine.counters["finished"] < 2:
-            await asyncio.sleep(profile.base_step_ms / 1e3)
+        await both.wait()
         task.cancel()
 
     try:
