@@ -82,7 +82,7 @@ def test_a_start_that_never_answers_is_reported_and_the_run_goes_on(procs, tmp_p
     out = tmp_path / "out"
     p = subprocess.run(specwatch_cmd(
         "tune", "--out", str(out), "--targets", ",".join(urls[s] for s in (0, 1, 2, 5)), "--param", "steps=0,1,2,5",
-        "--start", "steps=1", "--max-tokens", str(MAX_TOKENS), "--num-runs", "20", "--ready-timeout-s", "2"),
+        "--start", "steps=1", "--max-tokens", str(MAX_TOKENS), "--num-runs", "8", "--ready-timeout-s", "2"),
         capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     doc = json.loads((out / "tune.json").read_text())
