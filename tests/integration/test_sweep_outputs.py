@@ -27,7 +27,7 @@ def long(c: dict) -> str:
 
 def test_every_output_of_a_sweep_gives_the_same_answer(tmp_path):
     port = free_port()
-    sim = f"{sys.executable} -m specwatch sim --profile seed --cost-scale 0.2 --seed 1 --quiet --port {port}"
+    sim = f"{sys.executable} -m specwatch sim --profile seed --cost-scale 0.1 --seed 1 --quiet --port {port}"
     out = tmp_path / "out"
     p = subprocess.run(specwatch_cmd(
         "sweep", "--out", str(out), "--launch", sim + " --speculative-algorithm EAGLE3 --speculative-num-steps {steps} "

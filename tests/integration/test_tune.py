@@ -33,7 +33,7 @@ def truth(steps: range) -> dict[int, float]:
 
 
 def tune(out, port: int, *extra: str) -> subprocess.CompletedProcess[str]:
-    sim = f"{sys.executable} -m specwatch sim --profile seed --cost-scale 0.2 --seed 1 --quiet --port {port}"
+    sim = f"{sys.executable} -m specwatch sim --profile seed --cost-scale 0.1 --seed 1 --quiet --port {port}"
     return subprocess.run(specwatch_cmd(
         "tune", "--out", str(out), "--launch", sim + " --speculative-algorithm EAGLE3 --speculative-num-steps "
         "{steps} --speculative-eagle-topk 1", "--param", "steps=1..10", "--start", "steps=5", "--baseline-launch",
@@ -76,7 +76,7 @@ def test_a_start_that_never_answers_is_reported_and_the_run_goes_on(procs, tmp_p
     for s in (0, 2, 5):
         flags = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(s),
                  "--speculative-eagle-topk", "1") if s else ()
-        urls[s] = procs.sim("--profile", "seed", "--cost-scale", "0.2", "--seed", "1", "--quiet", *flags,
+        urls[s] = procs.sim("--profile", "seed", "--cost-scale", "0.1", "--seed", "1", "--quiet", *flags,
                             name=f"sim-{s}").url
     urls[1] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     out = tmp_path / "out"
