@@ -3,11 +3,13 @@ predicted from one another (``engine_flags.chain_draft``), so tune climbs from t
 neighbours instead. Over plain decoding and NGRAM at 2, 3 and 4 draft tokens (the tier's NGRAM server at 4 and
 plain server, two more started beside them), from 2 draft tokens; then the same four measured interleaved (a
 sweep whose rounds rotate over the servers, so the machine's drift falls on all alike): tune's pick is its best,
-or within its resolution (10% of the best, or twice the two means' standard error: the vLLM tier's), in at most
-three speculative launches. NGRAM's cache learns the texts it serves, so every server serves the prompts once
-before tune: tune and the truth then measure the same warm caches. Tune measures each server once, so the four
-are measured on CPU 0, the clients on CPU 1 (``sglangserver.pinned_servers``): unpinned, CI once measured the
-4-token server at 536 tok/s in tune and 703 ± 64 just after."""
+or within its resolution (10% of the best, or twice the two means' standard error: the vLLM tier's), in three
+speculative launches to climb and two more when a tie is settled (both sides measured again, back to back: CI
+once measured 3 draft tokens in tune 25% above the truth's 374 ± 34 tok/s, 4 at its truth's 500, and with no
+launch left to settle the tie tune kept 3). NGRAM's cache learns the texts it serves, so every server serves
+the prompts once before tune: tune and the truth then measure the same warm caches. Tune measures each server
+once or twice, so the four are measured on CPU 0, the clients on CPU 1 (``sglangserver.pinned_servers``):
+unpinned, CI once measured the 4-token server at 536 tok/s in tune and 703 ± 64 just after."""
 
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ def test_tune_climbs_ngram_draft_tokens_to_the_sweeps_best(sglang, tmp_path):
             TIMINGS["sglang ngram: prime 4 servers (s)"] = time.monotonic() - t0
             t0 = time.monotonic()
             p = subprocess.run(pinned(specwatch_cmd("tune", "--targets", targets, "--param", "steps=0,2,3,4",
-                                                    "--start", "steps=2", "--max-launches", "3",
+                                                    "--start", "steps=2", "--max-launches", "5",
                                                     "--out", str(tmp_path / "tune"), *common)),
                                capture_output=True, text=True, timeout=900)
             assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
@@ -91,7 +93,7 @@ def test_tune_climbs_ngram_draft_tokens_to_the_sweeps_best(sglang, tmp_path):
         f"  tune's pick {chosen} draft tokens in {doc['speculative_launches']} launches; the truth's best {best}"])
     assert all(not la["predicted_tok_s"] for la in doc["launches"])  # a lookup drafter: measured, not predicted
     assert any("a neighbour of" in la["why"] for la in doc["launches"]), doc["launches"]
-    assert doc["speculative_launches"] <= 3, doc["launches"]
+    assert doc["speculative_launches"] <= 5, doc["launches"]
     resolution = max(TOLERANCE * truth[best], 2 * (se[chosen] ** 2 + se[best] ** 2) ** 0.5)
     assert truth[chosen] >= truth[best] - resolution, (chosen, best, truth, se, doc["launches"])
     if chosen:  # its flags name its draft tokens

@@ -127,7 +127,44 @@ def test_a_tie_with_plain_decoding_is_settled_once_then_reported():
     bands = comparisons.bands([launch("seed", 0), launch("seed", 5), noisy])
     assert bands[0].winner == "baseline"
     tie = tune_plan.tie_to_settle(bands, set())
-    assert tie is not None and tie[0] == "steps=2" and tie[1].startswith("at 1 stream, steps=2 ties baseline (")
+    assert tie is not None and (tie.rival, tie.pick) == ("steps=2", "baseline")  # both measured again
+    assert tie.words.startswith("at 1 stream, steps=2 ties baseline (")
     assert tune_plan.tie_to_settle(bands, {"steps=2"}) is None
     clear = comparisons.bands([launch("seed", 0), launch("seed", 5), launch("seed", 2)])  # 1% spread: +3.2% wins
     assert clear[0].winner == "steps=2" and tune_plan.tie_to_settle(clear, set()) is None
+
+
+class CannedRun:
+    """``tune.loop``'s run with canned measurements: steps=2 ties plain decoding at first (its requests spread
+    ±10%), and is clearly faster once measured again. Records each measurement as (steps, repeat)."""
+
+    def __init__(self, max_launches: int) -> None:
+        import types
+        self.t = types.SimpleNamespace(sweep=types.SimpleNamespace(baseline_launch="", targets="t0,t2", levels=[1]),
+                                       space=(0, 2), start=2, max_launches=max_launches)
+        self.results: list[ConfigResult] = []
+        self.failed: set[int] = set()
+        self.measured: list[tuple[int, int]] = []
+
+    def measure(self, s: int, why: str, nxt: object = None, repeat: int = 1) -> None:
+        self.measured.append((s, repeat))
+        res = launch("seed", s)
+        if s == 2 and repeat == 1:
+            res = spread(res, (0.9, 1.1, 0.95, 1.05, 1.0))
+        self.results = [r for r in self.results if r.label != res.label] + [res]
+
+    @property
+    def speculative(self) -> int:
+        return sum(1 for s, _ in self.measured if s)
+
+
+def test_tune_settles_a_tie_by_measuring_both_sides_again_back_to_back():
+    from specwatch.commands import tune as tune_cmd
+    run = CannedRun(max_launches=2)
+    reason = tune_cmd.loop(run, {})  # type: ignore[arg-type]
+    assert run.measured == [(0, 1), (2, 1), (0, tune_cmd.SETTLE), (2, tune_cmd.SETTLE)], run.measured
+    assert "ties" not in reason, reason  # settled: steps=2 measured clear of plain decoding
+    short = CannedRun(max_launches=1)  # no launch left for the settle: the tie is reported, not settled
+    reason = tune_cmd.loop(short, {})  # type: ignore[arg-type]
+    assert short.measured == [(0, 1), (2, 1)] and "steps=2 ties baseline" in reason
+    assert "unsettled: --max-launches 1 spent" in reason

@@ -199,10 +199,21 @@ def _estimate(e: Estimate) -> str:
     return f"{e.value:.1f} ({e.lower:.1f}-{e.upper:.1f})"
 
 
-def tie_to_settle(bands: Sequence[Band], settled: set[str]) -> tuple[str, str] | None:
-    """A load whose pick won a tie (``winner``'s rule: a tie goes to the fewer draft steps) against a configuration
-    with more draft steps not yet measured again: (its label, the tie in words). More requests narrow its
-    interval, so a real gain the first measurement could not tell from the noise is not given away."""
+@dataclass(frozen=True, slots=True)
+class Tie:
+    """A load's pick that won only a tie (``winner``'s rule: a tie goes to the fewer draft steps) against a rival
+    with more draft steps: both are measured again, back to back."""
+
+    rival: str  # the label with more draft steps
+    pick: str  # the label that won the tie
+    words: str  # the tie, as the run prints it
+
+
+def tie_to_settle(bands: Sequence[Band], settled: set[str]) -> Tie | None:
+    """A load whose pick won a tie against a configuration with more draft steps not yet measured again. Both
+    sides are measured again, one after the other: more requests narrow both intervals, and a machine's drift
+    between the launches falls on both alike, so a real gain the first measurements could not tell from the
+    noise is not given away (measuring the rival alone compares a fresh number with a stale one)."""
     for b in bands:
         if b.winner == b.reference and b.head is not None and b.head_score is not None and b.head_score.tie:
             label, margin = b.head.label, b.head_score  # the best-scored ties the reference (plain decoding)
@@ -210,9 +221,9 @@ def tie_to_settle(bands: Sequence[Band], settled: set[str]) -> tuple[str, str] |
             label, margin = b.best, b.tie  # the pick won a tie on steps against the best-scored
         else:
             continue
-        if label in settled or label == b.reference:
+        if label in settled or label == b.reference or not b.winner:
             continue
-        return label, f"at {_streams(b.concurrency)}, {label} ties {b.winner} ({margin.interval_text()})"
+        return Tie(label, b.winner, f"at {_streams(b.concurrency)}, {label} ties {b.winner} ({margin.interval_text()})")
     return None
 
 

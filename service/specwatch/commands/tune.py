@@ -218,14 +218,15 @@ def loop(run: Run, plain: dict[int, tune_plan.Plain]) -> str:
             tie = tune_plan.tie_to_settle(bands, settled)
             if tie is None:
                 still = tune_plan.tie_to_settle(bands, set())
-                return nxt.reason + (f"; {still[1]}, still with {SETTLE}x the requests: a tie goes to the fewer "
+                return nxt.reason + (f"; {still.words}, still with {SETTLE}x the requests: a tie goes to the fewer "
                                      "draft steps" if still else "")
-            label, why = tie
-            steps = next(r.steps for r in run.results if r.label == label)
-            if run.speculative >= t.max_launches:
-                return f"{nxt.reason}; {why}, unsettled: --max-launches {t.max_launches} spent"
-            run.measure(steps, f"{why}: measured again with {SETTLE}x the requests to settle it", repeat=SETTLE)
-            settled.add(label)
+            both = [r.steps for label in (tie.pick, tie.rival) for r in run.results if r.label == label]
+            if run.speculative + sum(1 for s in both if s) > t.max_launches:
+                return f"{nxt.reason}; {tie.words}, unsettled: --max-launches {t.max_launches} spent"
+            for s in both:  # back to back: a drift of the machine since the first measurements falls on both
+                run.measure(s, f"{tie.words}: both measured again with {SETTLE}x the requests to settle it",
+                            repeat=SETTLE)
+            settled.add(tie.rival)
             continue
         if run.speculative >= t.max_launches:
             return f"--max-launches {t.max_launches} spent; still undecided: {steps_text(nxt.steps)}, " \
