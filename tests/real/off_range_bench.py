@@ -1,12 +1,16 @@
 """The off range's price, measured the same way on both real engines: a server whose schedule is at 0 at the
 load against the tier's plain server, one greedy bench against each in turn (the order alternating round by
 round), on the same pinned cores; the cost per round is the ratio of the two (the machine's drift between
-rounds cancels), stated as a mean with its 95% interval (Student's t)."""
+rounds cancels), stated as a mean with its 95% interval (Student's t).
+
+``ROUNDS`` is 4 in the suite: the tests assert only that a cost is not absurd, and 8 rounds cost the two tests
+about 200 s more; ``OFF_RANGE_ROUNDS=8`` measures the intervals docs/sim-model.md quotes."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import subprocess
 from pathlib import Path
@@ -15,6 +19,7 @@ from realserver import pinned
 
 from conftest import specwatch_cmd
 
+ROUNDS = int(os.environ.get("OFF_RANGE_ROUNDS", "4"))
 T975 = {3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201}  # by n - 1
 
 

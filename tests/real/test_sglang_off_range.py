@@ -20,7 +20,7 @@ from sglangserver import launch, wait_ready
 
 pytestmark = pytest.mark.integration
 LOADS = (1, 4)
-ROUNDS = 8
+ROUNDS = off_range_bench.ROUNDS
 SLOTS = {"1": {"candidate_steps": [0]}, "64": {"candidate_steps": [3]}}
 
 

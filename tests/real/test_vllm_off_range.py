@@ -22,7 +22,7 @@ from vllm_truth import metrics
 
 pytestmark = pytest.mark.integration
 LOADS = (1, 4)
-ROUNDS = 8
+ROUNDS = off_range_bench.ROUNDS
 
 
 def test_a_zero_range_costs_against_plain_decoding(plain_server, tmp_path):
