@@ -280,6 +280,34 @@ class Pinger:
         self._thread.join(5)
 
 
+FROM_WORKERS: dict[str, Any] = {"raw": [], "matrix": [], "health": {}}  # the fault tables xdist's workers ran
+
+
+def fault_tables() -> dict[str, Any]:
+    """The fault tables (tests/faults/) this process ran, with those its xdist workers sent (``.ci/run`` runs the
+    tier on workers): the raw server's rows, the matrix's rows and each rig's worst /healthz."""
+    raw = getattr(sys.modules.get("test_raw_http"), "ROWS", [])
+    mod = sys.modules.get("test_fault_matrix")
+    return {"raw": [*FROM_WORKERS["raw"], *raw], "matrix": [*FROM_WORKERS["matrix"], *getattr(mod, "MATRIX", [])],
+            "health": {**FROM_WORKERS["health"], **getattr(mod, "HEALTH", {})}}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:  # an xdist worker: its tables go to the controller, which prints the summary
+        out["fault_tables"] = fault_tables()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist's controller, as a worker ends: keep the fault tables it ran."""
+    tables = getattr(node, "workeroutput", {}).get("fault_tables")
+    if tables:
+        FROM_WORKERS["raw"].extend(tables["raw"])
+        FROM_WORKERS["matrix"].extend(tables["matrix"])
+        FROM_WORKERS["health"].update(tables["health"])
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The fault matrix (tests/faults/), fault → outcome → recovered, and the real vLLM tier's timings and
     comparisons, in the summary whether captured or not."""
@@ -288,18 +316,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("real-server tier (vLLM, SGLang)")
         for line in lines:
             terminalreporter.write_line("  " + line)
-    raw = getattr(sys.modules.get("test_raw_http"), "ROWS", [])
-    if raw:
+    tables = fault_tables()
+    if tables["raw"]:
         terminalreporter.section("fault matrix: raw HTTP/1.1 server")
-        for case, who, outcome in raw:
+        for case, who, outcome in tables["raw"]:
             terminalreporter.write_line(f"{case:<26} {who:<18} {outcome}")
-    mod = sys.modules.get("test_fault_matrix")
-    rows = getattr(mod, "MATRIX", [])
-    if not rows:
+    if not tables["matrix"]:
         return
     terminalreporter.section("fault matrix")
     terminalreporter.write_line(f"{'fault':<20} {'outcome':<28} recovered")
-    for fault, outcome, recovered in rows:
+    for fault, outcome, recovered in tables["matrix"]:
         terminalreporter.write_line(f"{fault:<20} {outcome:<28} {recovered}")
-    for line in getattr(mod, "HEALTH", {}).values():
+    for line in tables["health"].values():
         terminalreporter.write_line(line)

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import http_json, specwatch_cmd
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 SEED5 = ("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
          "--speculative-eagle-topk", "1", "--seed", "11")
 

@@ -21,7 +21,7 @@ from specwatch.sim import model, oracle
 from specwatch.sim.engine import EngineSettings
 from specwatch.sim.pattern import Pattern
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 SIM = ("--profile", "mixed", "--cost-scale", "0.5", "--seed", "5", "--decode-log-interval", "10", "--quiet")
 SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "7", "--speculative-eagle-topk", "1")
 WINDOW_S = 12

@@ -32,7 +32,7 @@ from specwatch.analysis.by_load import crossover
 from specwatch.sim import model
 from specwatch.sim.steady import steady
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 LOADS = (1, 4, 16, 64)
 STEPS = (0, 2, 5, 10)
 OUTPUT = 64

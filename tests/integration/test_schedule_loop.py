@@ -19,7 +19,7 @@ import pytest
 from conftest import free_port, http_get, http_json, scrape, specwatch_cmd, wait_until
 from specwatch.sim.model import OFF_ROUND_TAX
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 SIM = ("--profile", "mixed", "--cost-scale", "0.5", "--decode-log-interval", "10", "--quiet")
 STATIC = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "7", "--speculative-eagle-topk", "1")
 PHASES = ((1, 8), (8, 10), (32, 16))  # (running requests, seconds at least)

@@ -17,7 +17,7 @@ from specwatch.sim import model, oracle
 from specwatch.sim.engine import EngineSettings
 from specwatch.sim.pattern import Pattern
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 LEVELS = (1, 8, 24, 32)
 
 
