@@ -194,3 +194,21 @@ def test_the_off_range_series_goes_when_the_bucket_drafts_again():
         e.set_load(by_load([LoadBucket(1, 8, 1.0, 150.0, 0.02, 2.0, 0.5),
                             LoadBucket(16, 8, 16.0, 80.0, 0.02, at16 and 2.0, at16 or 0.0)], curve, 4, 16.0))
         assert ('specwatch_off_range_cost_ratio{load_bucket="16"}' in e.render().decode()) == shown
+
+
+def test_a_schedule_no_knob_runs_is_followed_by_the_best_single_settings_flags():
+    """SGLang NGRAM has no per-load knob: the sweep says so, then gives the flags of the best single setting over
+    the loads measured (k=3: 1.5, 1.33, 0.83, 0.6 against plain decoding, 1.07 on the mean)."""
+    from dataclasses import replace
+
+    from specwatch.analysis import load_sweep
+
+    info = {"speculative_algorithm": "NGRAM", "speculative_eagle_topk": 1, "version": "0.5.23"}
+    results = [replace(c, server_info=info) for c in sweep({1: 150.0, 4: 120.0, 16: 50.0, 24: 30.0})]
+    advice = load_sweep.engine_advice(results)
+    assert [a.headline for a in advice] == [
+        "SGLang: no engine knob for this schedule: --speculative-adaptive works for EAGLE and EAGLE3 only (this "
+        "server: NGRAM)",
+        "SGLang: no knob runs the schedule, so the best single setting over the loads measured: launch NGRAM with 3 "
+        "draft tokens (the rest unchanged):"]
+    assert [a.flags for a in advice] == ["", "--speculative-algorithm NGRAM --speculative-num-draft-tokens 3"]

@@ -166,13 +166,19 @@ def load_rates(results: Sequence[ConfigResult]) -> list[LoadRates]:
 
 def engine_advice(results: Sequence[ConfigResult], out_dir: str = "") -> list[EngineAdvice]:
     """The schedule the bands give, as the complete flags of the sweep's engine (``engine_flags``); the best
-    single configuration's flags instead when the schedule, its off range priced, does not beat it."""
+    single configuration's flags instead when the schedule, its off range priced, does not beat it, and after
+    the engine's "no knob" when none runs the schedule (NGRAM, topk > 1, older releases): advice to paste."""
     ranges = schedule(bands(results))
     w = weigh(ranges, load_rates(results)) if ranges else None
     if w is not None and not w.advise_schedule:
         why = f"the schedule does not beat {w.single_name()} once its 0 range is priced"
         return [replace(a, headline=f"{a.headline} ({why})") for a in static_advice(w.single_steps, setup_of(results))]
-    return advise(ranges, setup_of(results), out_dir) if ranges else []
+    advice = advise(ranges, setup_of(results), out_dir) if ranges else []
+    if w is not None and advice and not any(a.flags for a in advice):
+        advice += [replace(a, headline=a.headline.replace(": ", ": no knob runs the schedule, so the best single "
+                                                                "setting over the loads measured: ", 1))
+                   for a in static_advice(w.single_steps, setup_of(results))]
+    return advice
 
 
 def report(results: Sequence[ConfigResult], base: Fit | None, predict_steps: range,
