@@ -4,6 +4,7 @@ the advice and the JSON, with every configuration's draft width read from the se
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import subprocess
@@ -56,7 +57,8 @@ def test_sweep_launches_real_sglang_per_configuration(sglang_installed, tmp_path
     # the flags under the first SGLang line that has some: a per-load pick NGRAM has no knob for (one run read
     # 2 and 4 draft tokens a tie at one stream's four requests, 4 winning at 4 streams) says so, then gives the
     # best single setting's flags
-    flags = [lines[lines.index(a) + 1] for a in advice if lines[lines.index(a) + 1].startswith("--speculative-")]
+    flags = [flags for line, flags in itertools.pairwise(lines)
+             if line.startswith("SGLang") and flags.startswith("--speculative-")]
     assert flags, p.stdout[-3000:]
     PRINTED["sweep"] = flags[0]
     assert (out / "sweep.csv").exists() and (out / "report.html").exists()

@@ -170,14 +170,15 @@ def engine_advice(results: Sequence[ConfigResult], out_dir: str = "") -> list[En
     the engine's "no knob" when none runs the schedule (NGRAM, topk > 1, older releases): advice to paste."""
     ranges = schedule(bands(results))
     w = weigh(ranges, load_rates(results)) if ranges else None
+    setup = setup_of(results)
     if w is not None and not w.advise_schedule:
         why = f"the schedule does not beat {w.single_name()} once its 0 range is priced"
-        return [replace(a, headline=f"{a.headline} ({why})") for a in static_advice(w.single_steps, setup_of(results))]
-    advice = advise(ranges, setup_of(results), out_dir) if ranges else []
+        return [replace(a, headline=f"{a.headline} ({why})") for a in static_advice(w.single_steps, setup)]
+    advice = advise(ranges, setup, out_dir) if ranges else []
     if w is not None and advice and not any(a.flags for a in advice):
         advice += [replace(a, headline=a.headline.replace(": ", ": no knob runs the schedule, so the best single "
                                                                 "setting over the loads measured: ", 1))
-                   for a in static_advice(w.single_steps, setup_of(results))]
+                   for a in static_advice(w.single_steps, setup)]
     return advice
 
 
