@@ -2,11 +2,11 @@
 128 tokens), compared by the daemon with plain decoding's curve (``sweep --targets PLAIN --concurrency``,
 its load measured on the server), against the same-load truth measured independently: the same probe
 under the same background load on the plain server, by a second daemon. Each server is loaded on its own
-(the two never compete for the Worker's CPU), twice.
+(the two never compete for the Worker's CPU), up to twice.
 
 Measured here (clients pinned), the truth itself moves between runs far more than 10%, so every run asserts
-the load the verdict is at, one run of the two must match the truth within 15%, and the summary prints how
-close each run came.
+the load the verdict is at, one run of up to two must match the truth within 15% (a second run only when the
+first did not), and the summary prints how close each run came.
 
 Pinning (``vllm-cpu.md``): vLLM binds its Worker to CPU 0 and serve_vllm.py pins the EngineCore beside it;
 every client here (background bench, daemon, sweep) runs on CPU 1, beside the API server, so the server's
@@ -83,6 +83,8 @@ def test_the_daemons_speedup_under_load_matches_the_same_load_truth(spec_server,
     t_start = time.monotonic()
     rows = []
     for run in range(RUNS):  # curve, then the plain server's truth, then the speculative one: about two minutes
+        if rows and rows[-1]["speedup"] is not None and abs(rows[-1]["speedup"] / rows[-1]["truth"] - 1) <= 0.15:
+            break  # the assertions below want one run of up to RUNS within 15%: this one is
         curve = plain_curve(plain_server, tmp_path / f"curve-{run}")
         plain = measure(procs, plain_server, "plain")
         s = measure(procs, spec_server, "spec", curve)
@@ -91,7 +93,7 @@ def test_the_daemons_speedup_under_load_matches_the_same_load_truth(spec_server,
         rows.append({"speedup": v["speedup"], "rse": v["relative_stderr"] or 0.0, "truth": spec_tps / plain_tps,
                      "load": v["load"], "status": v["baseline_status"], "plain_load": plain["verdict"]["load"],
                      "spec_tps": spec_tps, "plain_tps": plain_tps, "curve_tps": v["baseline_tps"]})
-    TIMINGS["daemon vs same-load truth, 2 runs (s)"] = time.monotonic() - t_start
+    TIMINGS[f"daemon vs same-load truth, {len(rows)} run(s) (s)"] = time.monotonic() - t_start
     COMPARISONS.append(f"daemon under {BACKGROUND} background streams (clients "
                        f"{'unpinned' if os.environ.get('REALTIER_PIN_CLIENTS') == '0' else 'pinned to CPU 1'}):")
     COMPARISONS.extend(f"  run {i}: daemon {r['speedup']:.3f} (95% {r['speedup'] * (1 - 1.96 * r['rse']):.3f}-"
