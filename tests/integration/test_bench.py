@@ -53,7 +53,7 @@ def test_a_variable_that_is_no_option_is_a_warning_not_a_refusal(procs, tmp_path
             "SPECWATCH_MAX_TOKENS?)") in p.stderr
 
 
-@pytest.mark.serial  # a speed near the model's or the baseline's: not beside other tests
+@pytest.mark.serial  # a speed near the model's or the baseline's: not beside CPU-bound tests
 @pytest.mark.parametrize(("api", "concurrency", "requests", "max_tokens"),
                          [("sglang", 1, 8, 200), ("completions", 1, 6, 200), ("sglang", 16, 32, 200),
                           ("chat", 16, 32, 200)])

@@ -46,7 +46,7 @@ def run_pair(procs: Procs, tmp: Path, steps: int):
     return spec, base, d, log
 
 
-@pytest.mark.serial  # a speed near the model's or the baseline's: not beside other tests
+@pytest.mark.serial  # a speed near the model's or the baseline's: not beside CPU-bound tests
 @pytest.mark.parametrize(("steps", "below"), [(10, 1.0), (2, 0.0)])
 def test_scraped_values_match_the_simulators_truth_and_the_verdict(procs, tmp_path, steps, below):
     spec, _base, d, log = run_pair(procs, tmp_path, steps)

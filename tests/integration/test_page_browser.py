@@ -79,7 +79,7 @@ def nice(step: float) -> bool:
     return any(abs(mantissa - m) < 1e-6 for m in (1, 2, 5))
 
 
-@pytest.mark.serial  # a speed near the model's or the baseline's: not beside other tests
+@pytest.mark.serial  # a speed near the model's or the baseline's: not beside CPU-bound tests
 @pytest.mark.parametrize(("steps", "words"), [(2, "paying off"), (10, "SLOWER than baseline")])
 def test_the_daemons_page_shows_the_verdict_and_its_charts(procs: Procs, tmp_path, chromium, steps, words):
     spec = procs.sim(*SEED, "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),

@@ -104,7 +104,7 @@ def test_dashboards_return_data_and_the_alert_fires_at_10_steps(procs, tmp_path,
     assert prom_query(base, "specwatch:probe_itl_seconds:p99_rate5m")
 
 
-@pytest.mark.serial  # a speed near the model's or the baseline's: not beside other tests
+@pytest.mark.serial  # a speed near the model's or the baseline's: not beside CPU-bound tests
 def test_the_alert_stays_inactive_at_2_steps(procs, tmp_path, prometheus_bin):
     base, prom = stack(procs, tmp_path, 2, prometheus_bin)
     wait_until(lambda: prom_query(base, "specwatch_speculation_below_baseline == 0"), timeout_s=120,
@@ -140,7 +140,7 @@ def _ok_probes(daemon_url: str) -> float:
                            re.M).group(1))
 
 
-@pytest.mark.serial  # a speed near the model's or the baseline's: not beside other tests
+@pytest.mark.serial  # a speed near the model's or the baseline's: not beside CPU-bound tests
 def test_misconfigured_is_quiet_at_the_best_step_count_and_fires_after_an_acceptance_collapse(procs, tmp_path,
                                                                                              prometheus_bin):
     """Seed at 2 steps: the advisor's best is the running configuration (gain exactly 1; while the first

@@ -28,7 +28,7 @@ def sweep(tmp, *flags, timeout=600):
     return p, doc
 
 
-@pytest.mark.serial  # a speed near the model's or the baseline's: not beside other tests
+@pytest.mark.serial  # a speed near the model's or the baseline's: not beside CPU-bound tests
 def test_seed_sweep_reproduces_the_story_picks_two_steps_and_predicts_left_out_steps(tmp_path):
     port = free_port()
     sim = f"{SIM} --cost-scale {STORY_COST} --port {port}"

@@ -43,7 +43,7 @@ def test_rounds_alternate_between_targets_and_the_interval_is_paired(procs, tmp_
 DRIFT = [1.0, 2.5, 1.0, 2.0, 1.0]  # the machine's speed by round: every server's costs scaled alike
 
 
-@pytest.mark.serial  # a speed near the model's or the baseline's: not beside other tests
+@pytest.mark.serial  # a speed near the model's or the baseline's: not beside CPU-bound tests
 def test_drift_between_rounds_cancels_in_the_paired_margin(procs, tmp_path, monkeypatch, capsys):
     spec = procs.sim("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
                      "--speculative-eagle-topk", "1")

@@ -41,7 +41,7 @@ def tune(out, port: int, *extra: str) -> subprocess.CompletedProcess[str]:
         "--warmup", "1", *extra), capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.serial  # a speed near the model's or the baseline's: not beside other tests
+@pytest.mark.serial  # a speed near the model's or the baseline's: not beside CPU-bound tests
 def test_the_seed_story_ends_at_two_steps_in_three_launches_and_resumes(tmp_path):
     out, port = tmp_path / "out", free_port()
     p = tune(out, port)
