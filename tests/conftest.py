@@ -280,16 +280,28 @@ class Pinger:
         self._thread.join(5)
 
 
-FROM_WORKERS: dict[str, Any] = {"raw": [], "matrix": [], "health": {}}  # the fault tables xdist's workers ran
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (.ci/run's serial run) a file's tests stay on one worker, as under ``loadfile``,
+    unless a test names a group of its own (``xdist_group``: the table test's profiles, on two workers)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+# the tables xdist's workers ran, for the summary: the fault tables and the oracle's table test's rows
+FROM_WORKERS: dict[str, Any] = {"raw": [], "matrix": [], "health": {}, "oracle": []}
 
 
 def fault_tables() -> dict[str, Any]:
-    """The fault tables (tests/faults/) this process ran, with those its xdist workers sent (``.ci/run`` runs the
-    tier on workers): the raw server's rows, the matrix's rows and each rig's worst /healthz."""
+    """The fault tables (tests/faults/) and the oracle's table (test_explain_vs_served) this process ran, with
+    those its xdist workers sent (``.ci/run`` runs the tiers on workers): the raw server's rows, the matrix's rows,
+    each rig's worst /healthz, and /explain against the served engine."""
     raw = getattr(sys.modules.get("test_raw_http"), "ROWS", [])
     mod = sys.modules.get("test_fault_matrix")
+    oracle = getattr(sys.modules.get("test_explain_vs_served"), "TABLE", [])
     return {"raw": [*FROM_WORKERS["raw"], *raw], "matrix": [*FROM_WORKERS["matrix"], *getattr(mod, "MATRIX", [])],
-            "health": {**FROM_WORKERS["health"], **getattr(mod, "HEALTH", {})}}
+            "health": {**FROM_WORKERS["health"], **getattr(mod, "HEALTH", {})},
+            "oracle": [*FROM_WORKERS["oracle"], *oracle]}
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -300,23 +312,29 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """xdist's controller, as a worker ends: keep the fault tables it ran."""
+    """xdist's controller, as a worker ends: keep the tables it ran."""
     tables = getattr(node, "workeroutput", {}).get("fault_tables")
     if tables:
         FROM_WORKERS["raw"].extend(tables["raw"])
         FROM_WORKERS["matrix"].extend(tables["matrix"])
         FROM_WORKERS["health"].update(tables["health"])
+        FROM_WORKERS["oracle"].extend(tables.get("oracle", []))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The fault matrix (tests/faults/), fault → outcome → recovered, and the real vLLM tier's timings and
-    comparisons, in the summary whether captured or not."""
+    """The real tiers' timings and comparisons, the oracle's table (/explain against the served engine) and the
+    fault matrix (tests/faults/), fault → outcome → recovered, in the summary whether captured or not."""
     real = sys.modules.get("realserver")
     if real is not None and (lines := real.summary_lines()):
         terminalreporter.section("real-server tier (vLLM, SGLang)")
         for line in lines:
             terminalreporter.write_line("  " + line)
     tables = fault_tables()
+    if tables["oracle"]:
+        terminalreporter.section("/explain against the served engine (profile, steps, streams, figure, served, "
+                                 "explained, error)")
+        for line in sorted(tables["oracle"]):
+            terminalreporter.write_line(line)
     if tables["raw"]:
         terminalreporter.section("fault matrix: raw HTTP/1.1 server")
         for case, who, outcome in tables["raw"]:

@@ -40,7 +40,7 @@ SEED = 5
 WITHIN = 0.01
 FIGURES = ("tokens_per_second", "decode_tokens_per_second")
 TABLE: list[str] = []
-SENDS: list[float] = []  # each cell's send_ms, printed with the table
+SENDS: list[float] = []  # each cell's send_ms, their range printed at the module's end
 
 
 def requests_at(n: int) -> int:
@@ -72,9 +72,8 @@ def sims(tmp_path_factory):
         os.sched_setaffinity(out[steps].popen.pid, cores()[0])
     yield out
     ps.stop_all()
-    print("\n".join(["", "/explain against the served engine (steps, streams, figure, served, explained, error):",
-                     *TABLE, f"the client's send_ms as the server saw it: {min(SENDS, default=0):.3f}-"
-                     f"{max(SENDS, default=0):.3f}"]))
+    print(f"\nthe client's send_ms as the server saw it: {min(SENDS, default=0):.3f}-{max(SENDS, default=0):.3f}"
+          " (the table: in the summary, tests/conftest.py)")
 
 
 def cell(sim, profile: str, n: int) -> tuple[dict, dict]:
@@ -114,7 +113,10 @@ def send_ms(requests: list[dict]) -> float:
     return statistics.fmean(gaps) / 1e6
 
 
-@pytest.mark.parametrize("profile", ["seed", "mixed", "fast"])
+# two groups for .ci/run's serial run (``--dist loadgroup``): seed and mixed on one worker, fast on another
+@pytest.mark.parametrize("profile", [pytest.param("seed", marks=pytest.mark.xdist_group("oracle-seed-mixed")),
+                                     pytest.param("mixed", marks=pytest.mark.xdist_group("oracle-seed-mixed")),
+                                     pytest.param("fast", marks=pytest.mark.xdist_group("oracle-fast"))])
 def test_explain_is_the_served_engine_at_every_load(sims, profile):
     decode: dict[tuple[str, int, int], float] = {}
     misses = []
