@@ -280,14 +280,6 @@ class Pinger:
         self._thread.join(5)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (.ci/run's serial run) a file's tests stay on one worker, as under ``loadfile``,
-    unless a test names a group of its own (``xdist_group``: the table test's profiles, on two workers)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-
-
 # the tables xdist's workers ran, for the summary: the fault tables and the oracle's table test's rows
 FROM_WORKERS: dict[str, Any] = {"raw": [], "matrix": [], "health": {}, "oracle": []}
 

@@ -113,10 +113,7 @@ def send_ms(requests: list[dict]) -> float:
     return statistics.fmean(gaps) / 1e6
 
 
-# two groups for .ci/run's serial run (``--dist loadgroup``): seed and mixed on one worker, fast on another
-@pytest.mark.parametrize("profile", [pytest.param("seed", marks=pytest.mark.xdist_group("oracle-seed-mixed")),
-                                     pytest.param("mixed", marks=pytest.mark.xdist_group("oracle-seed-mixed")),
-                                     pytest.param("fast", marks=pytest.mark.xdist_group("oracle-fast"))])
+@pytest.mark.parametrize("profile", ["seed", "mixed", "fast"])
 def test_explain_is_the_served_engine_at_every_load(sims, profile):
     decode: dict[tuple[str, int, int], float] = {}
     misses = []
