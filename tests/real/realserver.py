@@ -76,9 +76,10 @@ def pinned(cmd: list[str]) -> list[str]:
 
 
 def serve_command(port: int, k: int, stats_interval_s: float = 2.0, extra: tuple[str, ...] = (),
-                  method: str = "ngram") -> list[str]:
+                  method: str = "ngram", start_last: bool = False) -> list[str]:
     return [sys.executable, str(HERE / "serve_vllm.py"), "--port", str(port), "--k", str(k), "--method", method,
-            "--stats-interval", str(stats_interval_s), *(("--", *extra) if extra else ())]
+            "--stats-interval", str(stats_interval_s), *(("--start-on-last-cpu",) if start_last else ()),
+            *(("--", *extra) if extra else ())]
 
 
 def prepared(env: Any, tier: str) -> dict[str, float]:
@@ -100,12 +101,16 @@ def vllm_installed() -> dict[str, float]:
     return took
 
 
-def launch(tmp: Path, k: int, name: str, extra: tuple[str, ...] = (), method: str = "ngram") -> RealServer:
-    """serve_vllm.py at ``k`` draft tokens of ``method`` (0: plain), with ``extra`` vllm serve flags as given."""
+def launch(tmp: Path, k: int, name: str, extra: tuple[str, ...] = (), method: str = "ngram",
+           start_last: bool = False) -> RealServer:
+    """serve_vllm.py at ``k`` draft tokens of ``method`` (0: plain), with ``extra`` vllm serve flags as given;
+    ``start_last``: its Worker imports on the last CPU and then moves to the Worker's (servers started side by
+    side, every other one so: serve_vllm.py's ``--start-on-last-cpu``)."""
     port = free_port()
     log = tmp / f"{name}.log"
     with log.open("wb") as fh:
-        popen = subprocess.Popen(serve_command(port, k, extra=extra, method=method), stdout=fh,
+        popen = subprocess.Popen(serve_command(port, k, extra=extra, method=method, start_last=start_last),
+                                 stdout=fh,
                                  stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
     return RealServer(port, k, log, popen)
@@ -134,7 +139,7 @@ def start_side_by_side(tmp: Path, servers: dict[str, tuple[str, ...]]) -> dict[s
     """vLLM servers (name: extra flags) started side by side (their start is mostly imports); a failure stops
     the ones already up."""
     t0 = time.monotonic()
-    up = {name: launch(tmp, 0, name, extra) for name, extra in servers.items()}
+    up = {name: launch(tmp, 0, name, extra, start_last=i % 2 == 1) for i, (name, extra) in enumerate(servers.items())}
     try:
         for name, s in up.items():
             wait_ready(s, name, t0)
@@ -180,12 +185,14 @@ def real_servers(vllm_installed: dict[str, float], tmp_path_factory: pytest.Temp
     side and kept for the whole tier; the tests use one at a time. When the run holds a test of the EAGLE-3
     ladder (``eagle3_ladder``), EAGLE-3 at 1, 2 and 5 steps are started beside them, so that every step count
     the sweep and the live advisor compare is started once, at the same moment as the others (a start is ~24 s
-    of CPU whatever runs beside it: vLLM binds each Worker to CPU 0 before it imports)."""
+    of CPU whatever runs beside it, and vLLM binds each Worker to CPU 0 before it imports: every other one
+    imports on the last CPU and moves to CPU 0 once it serves, ``launch``'s ``start_last``)."""
     tmp = tmp_path_factory.mktemp("vllm")
-    servers = {"spec": launch(tmp, 3, "vllm-ngram-k3"), "plain": launch(tmp, 0, "vllm-plain"),
+    servers = {"spec": launch(tmp, 3, "vllm-ngram-k3", start_last=True), "plain": launch(tmp, 0, "vllm-plain"),
                "eagle3": launch(tmp, 3, "vllm-eagle3-k3", method="eagle3")}
     if any("eagle3_ladder" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        _LADDER_UP.update({f"eagle3-k{k}": launch(tmp, k, f"vllm-eagle3-k{k}", method="eagle3") for k in LADDER})
+        _LADDER_UP.update({f"eagle3-k{k}": launch(tmp, k, f"vllm-eagle3-k{k}", method="eagle3", start_last=k != 2)
+                           for k in LADDER})
         servers |= _LADDER_UP
     _SERVERS.update(servers)
     t0 = time.monotonic()

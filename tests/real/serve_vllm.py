@@ -9,6 +9,12 @@ torch.compile (``--enforce-eager``: the tiny model's compute is not what we meas
 start), keeps every cache and temporary file inside the tier's cache directory, and, once ``/health``
 answers, pins every EngineCore thread to the Worker's CPU: left unpinned, the EngineCore's busy-wait shares
 the other core with the API server and the client and streams arrive in bursts.
+
+``--start-on-last-cpu``: vLLM binds its Worker to CPU 0 before the Worker imports torch and loads the model, so
+servers started side by side import one after another on that core (six took 129-180 s). With this flag the
+Worker imports on the last CPU (``VLLM_CPU_OMP_THREADS_BIND``) and, once ``/health`` answers, every Worker
+thread moves to the CPUs vLLM's own binding gives it (all but the last: the frontend's), where it serves as
+any other server here.
 """
 
 from __future__ import annotations
@@ -88,6 +94,18 @@ def processes(pgid: int) -> dict[str, int]:
     return found
 
 
+def move_worker(pgid: int) -> str:
+    """Every Worker thread onto the CPUs vLLM's automatic binding gives the Worker: all but the last."""
+    worker = next((pid for name, pid in processes(pgid).items() if name.startswith("VLLM::Worker")), None)
+    if worker is None:
+        return "Worker not moved: not found"
+    cpus = set(range(max(1, (os.cpu_count() or 1) - 1)))
+    for tid in os.listdir(f"/proc/{worker}/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), cpus)
+    return f"Worker {worker} moved to CPUs {sorted(cpus)} after its start"
+
+
 def pin_engine_core(pgid: int) -> str:
     procs = processes(pgid)
     core = next((pid for name, pid in procs.items() if name.startswith("VLLM::EngineCore")), None)
@@ -108,6 +126,7 @@ def main() -> int:
     p.add_argument("--method", default="ngram", choices=["ngram", "eagle3"], help="the drafter (default ngram)")
     p.add_argument("--stats-interval", type=float, default=2.0)
     p.add_argument("--ready-timeout", type=float, default=300.0)
+    p.add_argument("--start-on-last-cpu", action="store_true", help="the Worker imports on the last CPU, then moves")
     p.add_argument("extra", nargs="*")
     a = p.parse_args()
     try:
@@ -119,8 +138,10 @@ def main() -> int:
     # does): vLLM binds its Worker itself, keeping CPU 1 for the frontend, and would otherwise put the Worker
     # on the client's CPU
     os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    child = subprocess.Popen(command(a.port, a.k, a.extra, a.method), env=environment(a.stats_interval),
-                             stdin=subprocess.DEVNULL)
+    env = environment(a.stats_interval)
+    if a.start_on_last_cpu:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str((os.cpu_count() or 1) - 1)
+    child = subprocess.Popen(command(a.port, a.k, a.extra, a.method), env=env, stdin=subprocess.DEVNULL)
     signal.signal(signal.SIGTERM, lambda *_: child.terminate())
     deadline = time.monotonic() + a.ready_timeout
     while child.poll() is None and not healthy(a.port):
@@ -129,6 +150,8 @@ def main() -> int:
             child.terminate()
             break
         time.sleep(0.5)
+    if child.poll() is None and a.start_on_last_cpu:
+        print(f"serve_vllm: {move_worker(os.getpgid(child.pid))}", flush=True)
     if child.poll() is None and os.environ.get("PIN_ENGINE_CORE", "1") != "0":
         print(f"serve_vllm: {pin_engine_core(os.getpgid(child.pid))}", flush=True)
     return child.wait()
