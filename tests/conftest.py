@@ -284,7 +284,7 @@ class Pinger:
 FROM_WORKERS: dict[str, Any] = {"raw": [], "matrix": [], "health": {}, "oracle": []}
 
 
-def fault_tables() -> dict[str, Any]:
+def run_tables() -> dict[str, Any]:
     """The fault tables (tests/faults/) and the oracle's table (test_explain_vs_served) this process ran, with
     those its xdist workers sent (``.ci/run`` runs the tiers on workers): the raw server's rows, the matrix's rows,
     each rig's worst /healthz, and /explain against the served engine."""
@@ -299,18 +299,18 @@ def fault_tables() -> dict[str, Any]:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     out = getattr(session.config, "workeroutput", None)
     if out is not None:  # an xdist worker: its tables go to the controller, which prints the summary
-        out["fault_tables"] = fault_tables()
+        out["run_tables"] = run_tables()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """xdist's controller, as a worker ends: keep the tables it ran."""
-    tables = getattr(node, "workeroutput", {}).get("fault_tables")
-    if tables:
-        FROM_WORKERS["raw"].extend(tables["raw"])
-        FROM_WORKERS["matrix"].extend(tables["matrix"])
-        FROM_WORKERS["health"].update(tables["health"])
-        FROM_WORKERS["oracle"].extend(tables.get("oracle", []))
+    tables = getattr(node, "workeroutput", {}).get("run_tables")
+    for key, value in (tables or {}).items():
+        if isinstance(value, dict):
+            FROM_WORKERS[key].update(value)
+        else:
+            FROM_WORKERS[key].extend(value)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -321,7 +321,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("real-server tier (vLLM, SGLang)")
         for line in lines:
             terminalreporter.write_line("  " + line)
-    tables = fault_tables()
+    tables = run_tables()
     if tables["oracle"]:
         terminalreporter.section("/explain against the served engine (profile, steps, streams, figure, served, "
                                  "explained, error)")

@@ -110,9 +110,7 @@ def launch(tmp: Path, k: int, name: str, extra: tuple[str, ...] = (), method: st
     log = tmp / f"{name}.log"
     with log.open("wb") as fh:
         popen = subprocess.Popen(serve_command(port, k, extra=extra, method=method, start_last=start_last),
-                                 stdout=fh,
-                                 stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
+                                 stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     return RealServer(port, k, log, popen)
 
 

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_env
 
 MODEL_NAME = "tiny-llama"
+LAST_CPU = (os.cpu_count() or 1) - 1  # the frontend's, which vLLM's automatic binding keeps off the Worker
 
 
 def speculative_config(k: int, method: str = "ngram") -> dict[str, object]:
@@ -94,15 +95,20 @@ def processes(pgid: int) -> dict[str, int]:
     return found
 
 
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Every thread of process ``pid`` onto ``cpus`` (affinity is per thread)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), cpus)
+
+
 def move_worker(pgid: int) -> str:
     """Every Worker thread onto the CPUs vLLM's automatic binding gives the Worker: all but the last."""
     worker = next((pid for name, pid in processes(pgid).items() if name.startswith("VLLM::Worker")), None)
     if worker is None:
         return "Worker not moved: not found"
-    cpus = set(range(max(1, (os.cpu_count() or 1) - 1)))
-    for tid in os.listdir(f"/proc/{worker}/task"):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            os.sched_setaffinity(int(tid), cpus)
+    cpus = set(range(max(1, LAST_CPU)))
+    pin_threads(worker, cpus)
     return f"Worker {worker} moved to CPUs {sorted(cpus)} after its start"
 
 
@@ -113,9 +119,7 @@ def pin_engine_core(pgid: int) -> str:
     if core is None or worker is None:
         return f"not pinned: found {sorted(procs)}"
     cpus = os.sched_getaffinity(worker)
-    for tid in os.listdir(f"/proc/{core}/task"):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            os.sched_setaffinity(int(tid), cpus)
+    pin_threads(core, cpus)
     return f"EngineCore {core} pinned to the Worker's CPUs {sorted(cpus)}"
 
 
@@ -140,7 +144,7 @@ def main() -> int:
     os.sched_setaffinity(0, range(os.cpu_count() or 1))
     env = environment(a.stats_interval)
     if a.start_on_last_cpu:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = str((os.cpu_count() or 1) - 1)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(LAST_CPU)
     child = subprocess.Popen(command(a.port, a.k, a.extra, a.method), env=env, stdin=subprocess.DEVNULL)
     signal.signal(signal.SIGTERM, lambda *_: child.terminate())
     deadline = time.monotonic() + a.ready_timeout
