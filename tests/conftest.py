@@ -288,7 +288,7 @@ def run_tables() -> dict[str, Any]:
     """The fault tables (tests/faults/) and the oracle's table (test_explain_vs_served) this process ran, with
     those its xdist workers sent (``.ci/run`` runs the tiers on workers): the raw server's rows, the matrix's rows,
     each rig's worst /healthz, and /explain against the served engine."""
-    raw = getattr(sys.modules.get("test_raw_http"), "ROWS", [])
+    raw = getattr(sys.modules.get("raw_rig"), "ROWS", [])  # both raw-HTTP modules (tests/faults/)
     mod = sys.modules.get("test_fault_matrix")
     oracle = getattr(sys.modules.get("test_explain_vs_served"), "TABLE", [])
     return {"raw": [*FROM_WORKERS["raw"], *raw], "matrix": [*FROM_WORKERS["matrix"], *getattr(mod, "MATRIX", [])],

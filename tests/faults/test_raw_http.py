@@ -1,74 +1,28 @@
-"""The fault matrix's raw-HTTP rows: ``bench`` (SGLang and OpenAI completions) and the daemon against
-``tests/rawserver.py``, which speaks HTTP/1.1 by hand and so reaches what the simulator (aiohttp) never
-sends: close-delimited bodies, trailers, chunk extensions, interim 1xx, broken framing, non-HTTP bytes.
-Each row: the expected outcome for every request, no traceback, no hang, the API key in no output, no raw
-control byte printed; the daemon answers /healthz within 100 ms throughout, its event loop never lags 0.5 s,
-and it recovers on the next good response."""
+"""The fault matrix's raw-HTTP rows for the daemon against ``tests/rawserver.py``, which speaks HTTP/1.1 by hand
+and so reaches what the simulator (aiohttp) never sends: close-delimited bodies, trailers, chunk extensions,
+interim 1xx, broken framing, non-HTTP bytes. Each row: the expected outcome counted, no traceback, the API key in
+no output, no raw control byte printed; the daemon answers /healthz within 100 ms throughout, its event loop never
+lags 0.5 s, and it recovers on the next good response. bench's rows: test_raw_http_bench.py."""
 
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+import raw_rig
+from raw_rig import CONTROL, KEY, ROWS, use
 
-from conftest import Pinger, Procs, free_port, http_get, scrape, specwatch_cmd, wait_until
+from conftest import Pinger, free_port, http_get, scrape, specwatch_cmd, wait_until
 from rawserver import EXPECTED
 
 pytestmark = pytest.mark.integration
-KEY = "sk-raw-0123456789abcdef"
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # any control byte but tab and newline
-REUSE = {"keepalive_closed", "idle_bytes", "garbage_after"}  # about the next request on the same connection
-ROWS: list[tuple[str, str, str]] = []  # (case, who, outcome): printed in the session summary (conftest)
 
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("raw")
-    procs = Procs(tmp)
-    port = free_port()
-    server = procs.start([sys.executable, str(Path(__file__).parent.parent / "rawserver.py"), str(port), "ok"], "raw")
-    server.url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: http_get(server.url + "/get_server_info", 1)[0] == 200, what="the raw server")
-    yield procs, server, tmp
-    procs.stop_all()
-
-
-def use(server, case: str) -> None:
-    assert json.loads(http_get(f"{server.url}/case/{case}")[1]) == {"case": case}
-
-
-@pytest.mark.parametrize("api", ["sglang", "completions"])
-@pytest.mark.parametrize("case", sorted(EXPECTED))
-def test_bench_against_the_raw_server(raw, case, api):
-    _procs, server, tmp = raw
-    use(server, case)
-    out = tmp / f"{case}-{api}.json"
-    streams = "1" if case in REUSE else "3"  # three at once: no failure backoff between them
-    p = subprocess.run(specwatch_cmd("bench", "--server-url", server.url, "--api", api, "--num-runs", "3",
-                                     "--concurrency", streams, "--warmup", "0", "--max-tokens", "8",
-                                     "--read-timeout-s", "1",
-                                     "--request-timeout-s", "5", "--json", str(out)),
-                       capture_output=True, text=True, timeout=60, env={**_env(), "SPECWATCH_API_KEY": KEY})
-    printed = p.stdout + p.stderr
-    runs = json.loads(out.read_text())["runs"]
-    assert [r["outcome"] for r in runs] == [EXPECTED[case]] * 3, printed[-2000:]
-    assert p.returncode == (0 if EXPECTED[case] == "ok" else 1), printed[-2000:]
-    assert "Traceback" not in printed and KEY not in printed + out.read_text()
-    assert not CONTROL.search(printed), repr(CONTROL.search(printed))
-    if EXPECTED[case] == "ok":
-        assert all(r["output_tokens"] == 8 and r["ttft_s"] >= 0 and r["service_s"] > 0 for r in runs)
-    ROWS.append((case, f"bench {api}", f"{EXPECTED[case]} x3"))
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith("SPECWATCH_")}
+    yield from raw_rig.serve(tmp_path_factory)
 
 
 def outcomes(url: str) -> dict[str, float]:
@@ -150,18 +104,6 @@ def test_an_endless_fast_stream_neither_freezes_nor_bloats_the_daemon(daemon, ca
     assert set(got) <= {want, "ok"} and got.get(want, 0) >= 2, got  # ok: the first probe after the switch back
     ROWS.append((case, "daemon, 10 s", f"{want} x{int(got[want])}, RSS +{growth / 2**20:.1f} MB, "
                                        f"/healthz worst {pinger.worst_healthz_s * 1000:.0f} ms"))
-
-
-def test_bench_workers_end_on_a_broken_stream_instead_of_waiting_for_a_stuck_worker(raw):
-    _procs, server, tmp = raw
-    use(server, "negative_chunk")  # the chunk size that once froze the parser, and the parent with it
-    out = tmp / "workers.json"
-    p = subprocess.run(specwatch_cmd("bench", "--server-url", server.url, "--api", "sglang", "--num-runs", "4",
-                                     "--warmup", "0", "--concurrency", "2", "--workers", "2", "--max-tokens", "8",
-                                     "--json", str(out)), capture_output=True, text=True, timeout=120, env=_env())
-    assert [r["outcome"] for r in json.loads(out.read_text())["runs"]] == ["stream_error"] * 4, p.stderr[-2000:]
-    assert p.returncode == 1 and "Traceback" not in p.stdout + p.stderr
-    ROWS.append(("negative_chunk", "bench --workers 2", "stream_error x4"))
 
 
 def test_sigterm_stops_the_daemon_within_its_drain_timeout_mid_endless_stream(daemon):
