@@ -1,13 +1,12 @@
 """What the raw-HTTP fault tests share (``test_raw_http_bench.py``: bench's rows; ``test_raw_http.py``: the
 daemon's): ``tests/rawserver.py`` started once per module, the API key planted in every client, the check that no
 raw control byte is printed, and the rows the session summary prints (tests/conftest.py). Two modules, so that
-xdist runs bench's rows and the daemon's on two workers: as one module they took 160 s of the 186 s .ci/run's
-first run lasted at six workers, twice any other file."""
+xdist runs bench's rows and the daemon's on two workers: as one module they held one worker for 160 s of a 186 s
+first run (``.ci/run``'s, at six workers), twice any other file."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from collections.abc import Iterator
@@ -38,7 +37,3 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Procs, Pro
 def use(server: Any, case: str) -> None:
     assert json.loads(http_get(f"{server.url}/case/{case}")[1]) == {"case": case}
 
-
-def clean_env() -> dict[str, str]:
-    """This process's environment without any ``SPECWATCH_`` setting (the tests give the key themselves)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("SPECWATCH_")}

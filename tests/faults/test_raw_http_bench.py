@@ -7,11 +7,12 @@ test_raw_http.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
 import raw_rig
-from raw_rig import CONTROL, KEY, ROWS, clean_env, use
+from raw_rig import CONTROL, KEY, ROWS, use
 
 from conftest import specwatch_cmd
 from rawserver import EXPECTED
@@ -58,3 +59,8 @@ def test_bench_workers_end_on_a_broken_stream_instead_of_waiting_for_a_stuck_wor
     assert [r["outcome"] for r in json.loads(out.read_text())["runs"]] == ["stream_error"] * 4, p.stderr[-2000:]
     assert p.returncode == 1 and "Traceback" not in p.stdout + p.stderr
     ROWS.append(("negative_chunk", "bench --workers 2", "stream_error x4"))
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any ``SPECWATCH_`` setting (the tests give the key themselves)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SPECWATCH_")}

@@ -156,13 +156,13 @@ async def run_server(args: argparse.Namespace, app: web.Application, engine: Eng
     """Serve ``app`` (and the control port if asked) with the engine running, until a signal."""
     runners = [web.AppRunner(app, access_log=None, handler_cancellation=True)]
     # the control port listens before the API does: whoever sees /health answer finds /truth and /control up
-    sites: list[tuple[web.AppRunner, str, int, bool]] = []
+    sites: list[tuple[web.AppRunner, str, int]] = []
     if args.control_port:
         capp = web.Application()
         control_routes(capp, engine, args.batch_size, faults)
         runners.append(web.AppRunner(capp, access_log=None))
-        sites.append((runners[1], args.control_host, args.control_port, False))
-    sites.append((runners[0], args.host, args.port, True))
+        sites.append((runners[1], args.control_host, args.control_port))
+    sites.append((runners[0], args.host, args.port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -173,9 +173,10 @@ async def run_server(args: argparse.Namespace, app: web.Application, engine: Eng
         if args.ssl_certfile:
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             tls.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
-        for runner, host, port, api in sites:
+        for runner, host, port in sites:
             await runner.setup()
-            await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls if api else None).start()
+            await web.TCPSite(runner, host, port, reuse_address=True,
+                              ssl_context=tls if runner is runners[0] else None).start()  # TLS on the API only
         scheme = "https" if tls else "http"
         for line in ready_lines:
             say(line.format(url=f"{scheme}://{args.host}:{args.port}"))
