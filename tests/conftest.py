@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -51,10 +52,24 @@ def prometheus_bin() -> str:
     return _tool("prometheus")
 
 
+# Ports for the processes a test starts come from a block of their own per xdist worker, below the kernel's
+# ephemeral range: a port the kernel picked (bind to port 0) was free only until another process's outgoing
+# connection took it as its local port, and a simulator at six workers then failed to listen ("address already in
+# use"). Each port is still checked free by binding it.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_PORTS = itertools.cycle(range(10000 + 1000 * (_WORKER % 20), 11000 + 1000 * (_WORKER % 20)))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    for _ in range(1000):
+        port = next(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in this worker's block of 1000")
 
 
 def free_port_block(n: int) -> int:
