@@ -188,11 +188,11 @@ def stop_all() -> None:
 # The SGLang modules in the order they run (``pytest_collection_modifyitems``): the ones on the three servers
 # first, then those that start servers of their own with printed flags or through ``sweep`` (each stops the
 # three first, two cores). Alphabetical order put the flags between the three's users, which then started
-# them again: one start each, about 20 s. A module not listed runs after these.
+# them again: one start each, about 20 s (the off range's plain server so, after the flags, until it moved up
+# among the three's users). A module not listed runs after these.
 MODULE_ORDER = ("test_sglang_standins", "test_sglang_names", "test_sglang_daemon", "test_sglang_faults",
                 "test_sglang_prometheus", "test_sglang_surface", "test_sglang_advisor", "test_sglang_tune",
-                "test_sglang_flags",
-                "test_sglang_sweep")
+                "test_sglang_off_range", "test_sglang_flags", "test_sglang_sweep")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -25,13 +25,15 @@ SLOTS = {"1": {"candidate_steps": [0]}, "64": {"candidate_steps": [3]}}
 
 
 def test_an_adaptive_slot_at_zero_costs_against_plain_decoding(sglang, tmp_path):
-    plain = sglang["plain"]
     path = tmp_path / "adaptive.json"
     path.write_text(json.dumps(SLOTS))
     t0 = time.monotonic()
     server = launch(tmp_path, "sglang-off-range", "--algorithm", "EAGLE3", "--steps", "3", "--draft-tokens", "4",
                     extra=("--speculative-adaptive", "--speculative-adaptive-config", str(path)), k=4)
     try:
+        # the tier's plain server, started beside it when the modules before stopped it (a start is mostly
+        # imports: two side by side take 28 s, one after the other 34 s)
+        plain = sglang["plain"]
         wait_ready(server, "sglang-off-range", t0)
         costs = off_range_bench.measure(server.url, plain.url, LOADS, ROUNDS, tmp_path)
         steps = metrics(server.url).get("sglang:spec_num_steps")
