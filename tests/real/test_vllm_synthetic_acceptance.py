@@ -299,13 +299,16 @@ def test_tune_picks_the_best_of_the_same_range_measured_interleaved(plain_server
     ``sweep --targets`` is sequential, and one measured plain decoding at 306 tok/s a minute after tune measured
     it at 438): tune's pick is the best, or measured within 5% of it round by round, or within that
     paired ratio's 99% interval when the truth is less certain than 5% (``test_the_live_advisor_...``'s
-    rule). With these rates plain decoding, 2 and 4 steps lie within a few percent of each other here."""
+    rule). With these rates plain decoding, 2 and 4 steps lie within a few percent of each other here, so tune
+    has three launches to climb and two more to settle a tie (the SGLang tier's rule): with three in all, a CI
+    run's tune measured 2 steps 3.4% over 1 (405.4 against 392.0 tok/s), had no launch left to measure both
+    again, gave the tie to the fewer steps and kept 1, which the truth measured 7.0% below 2."""
     space = (0, *SERVED)
     urls = {0: plain_server.url, **{k: forced[k].url for k in SERVED}}
     t0 = time.monotonic()
     p = subprocess.run(pinned(specwatch_cmd(
         "tune", "--targets", ",".join(urls[s] for s in space), "--param", "steps=" + ",".join(map(str, space)),
-        "--start", "steps=1", "--max-launches", "3", "--speculative-config", json.dumps(forced_config(1)), "--out",
+        "--start", "steps=1", "--max-launches", "5", "--speculative-config", json.dumps(forced_config(1)), "--out",
         str(tmp_path / "tune"), "--max-tokens", str(MAX_TOKENS), "--num-runs", "16", "--warmup", "1",
         "--temperature", "0", "--prompts", str(heldout_prompts))), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
@@ -325,5 +328,6 @@ def test_tune_picks_the_best_of_the_same_range_measured_interleaved(plain_server
             f"{k} steps {v:.1f}" for k, v in sorted(tps.items())),
         f"  tune's pick {chosen} in {doc['speculative_launches']} launches; the best {best}; pick / best "
         f"{ratio:.3f} ± {se:.3f} (paired by round)"])
-    assert doc["speculative_launches"] <= 3, doc["launches"]
+    climbing = [la for la in doc["launches"] if la["steps"] and "to settle it" not in la["why"]]
+    assert len(climbing) <= 3 and doc["speculative_launches"] <= 5, doc["launches"]
     assert ratio >= 1 - max(TOLERANCE, t99(ROUNDS) * se), (chosen, best, rounds, doc["launches"])
