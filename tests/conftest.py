@@ -74,7 +74,8 @@ def free_port() -> int:
 
 def free_port_block(n: int) -> int:
     """The first of ``n`` consecutive free ports (the demo takes port, port+1 and port+2): each of them is
-    bound at once before any is released, so none is taken by an earlier pick or a connection's local port."""
+    bound at once before any is released, so none is taken by an earlier pick or a connection's local port, and
+    the worker's next ``free_port`` picks start after the block (they go in order through the worker's ports)."""
     for _ in range(200):
         first = free_port()
         socks: list[socket.socket] = []
@@ -83,6 +84,8 @@ def free_port_block(n: int) -> int:
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", p))
+            for _ in range(n - 1):  # the block's other ports, not to be handed out again before it is used
+                next(_PORTS)
             return first
         except OSError:
             continue
