@@ -102,14 +102,16 @@ EXPECTED = {  # the outcome a well-behaved client records for each case
     **dict.fromkeys(["negative_chunk", "nonhex_chunk", "huge_chunk_size", "missing_final_chunk",
                      "thousand_digit_status", "status_beyond_64_bits", "thousand_digit_length", "negative_length",
                      "length_short", "length_long", "length_and_chunked", "gzip", "tls_bytes", "http2_preface",
-                     "switching_protocols", "bad_last_event_at_close", "echo_key_event", "endless_tokens"],
+                     "switching_protocols", "bad_last_event_at_close", "echo_key_event", "endless_tokens",
+                     "endless_same", "endless_pings"],
                     "stream_error"),
     **dict.fromkeys(["no_content", "not_modified", "echo_key_401", "echo_key_location", "control_chars"],
                     "http_error"),
     **dict.fromkeys(["bare_cr", "idle_bytes"], "ok"),
-    **dict.fromkeys(["endless_same", "endless_pings"], "timeout"),
+    "endless_keepalives": "timeout",
 }
 ENDLESS_S = 60.0  # an endless case stops by itself after this, if the client never hangs up
+KEEPALIVE_S = 0.05
 API_OF = {"/generate": "sglang", "/v1/completions": "completions", "/v1/chat/completions": "chat"}
 INFO = {"/get_server_info": {"speculative_algorithm": None, "version": "raw"},
         "/v1/models": {"object": "list", "data": [{"id": "raw", "object": "model", "owned_by": "sglang"}]}}
@@ -133,13 +135,17 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str
 
 async def endless(writer: asyncio.StreamWriter, case: str, api: str) -> None:
     """Stream until the client hangs up (or ``ENDLESS_S``): new tokens at full speed, the same count again
-    and again, or keep-alive comments only."""
+    and again, or keep-alive comments only (at full speed, or one every ``KEEPALIVE_S`` as a stuck server's
+    keep-alive timer sends them)."""
     writer.write(OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
     deadline = asyncio.get_running_loop().time() + ENDLESS_S
     n = 0
     while asyncio.get_running_loop().time() < deadline:
         n += 1
-        if case == "endless_pings":
+        if case == "endless_keepalives":
+            part = b": keep-alive\n\n"
+            await asyncio.sleep(KEEPALIVE_S)
+        elif case == "endless_pings":
             part = b": keep-alive\n\n" * 64
         else:
             doc = events(api)[0] if case == "endless_same" else events(api)[0].replace(b'"completion_tokens": 1',

@@ -83,8 +83,8 @@ def rss_bytes(pid: int) -> int:
 @pytest.mark.parametrize("case", ["endless_tokens", "endless_same"])
 def test_an_endless_fast_stream_neither_freezes_nor_bloats_the_daemon(daemon, case):
     """Over the daemon's whole request deadline (10 s) of a server streaming as fast as it can: /healthz within
-    100 ms, RSS growth under 20 MB, every probe ended (at the token cap, or at the read timeout when no token
-    comes), none left to the deadline."""
+    100 ms, RSS growth under 20 MB, every probe ended (at the token cap, or past the bytes a stream may send
+    without a token), none left to the deadline or even to the read timeout."""
     d, server, pinger = daemon
     want = EXPECTED[case]
     first = outcomes(d.url)
@@ -101,14 +101,15 @@ def test_an_endless_fast_stream_neither_freezes_nor_bloats_the_daemon(daemon, ca
     assert growth < 20 * 2**20, f"RSS grew {growth / 2**20:.1f} MB"
     assert pinger.worst_healthz_s < 0.1 and not pinger.failures
     got = {k: v - before[k] for k, v in outcomes(d.url).items() if v != before[k]}
-    assert set(got) <= {want, "ok"} and got.get(want, 0) >= 2, got  # ok: the first probe after the switch back
+    assert set(got) <= {want, "ok"} and got.get(want, 0) >= 6, got  # ok: the first probe after the switch back;
+    # six or more in 10 s: no probe waited for its 2 s read timeout
     ROWS.append((case, "daemon, 10 s", f"{want} x{int(got[want])}, RSS +{growth / 2**20:.1f} MB, "
                                        f"/healthz worst {pinger.worst_healthz_s * 1000:.0f} ms"))
 
 
 def test_sigterm_stops_the_daemon_within_its_drain_timeout_mid_endless_stream(daemon):
     d, server, _pinger = daemon
-    use(server, "endless_same")  # a probe streaming as fast as the server can, until its read timeout
+    use(server, "endless_keepalives")  # a probe kept alive by keep-alives until its read timeout
     wait_until(lambda: json.loads(http_get(server.url + "/active")[1])["active"] > 0, timeout_s=30,
                what="an endless probe under way")
     t0 = time.monotonic()
@@ -116,4 +117,4 @@ def test_sigterm_stops_the_daemon_within_its_drain_timeout_mid_endless_stream(da
     took = time.monotonic() - t0
     use(server, "ok")
     assert code == 0 and took < 5 + 2, f"exit {code} after {took:.1f} s"  # the 5 s drain timeout, plus start-up
-    ROWS.append(("endless_same", "daemon SIGTERM", f"exit 0 in {took:.1f} s (drain timeout 5 s)"))
+    ROWS.append(("endless_keepalives", "daemon SIGTERM", f"exit 0 in {took:.1f} s (drain timeout 5 s)"))

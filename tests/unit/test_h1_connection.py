@@ -1,6 +1,7 @@
 """The streaming transport's connection, directly (no sockets, no timing): bytes on an idle connection or for
 a request that has ended are credited to no request and the connection is never reused; a stream that
-delivers more than MAX_PASS_BYTES in one loop pass stops being read until its bytes are parsed."""
+delivers more than MAX_PASS_BYTES in one loop pass stops being read until its bytes are parsed; a stream that
+sends more than max_bytes_without_token between two tokens is ended as a flood."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import asyncio
 
 from specwatch.probe.h1 import MAX_PASS_BYTES, Arrivals, Connection, Exchange
 from specwatch.probe.prompts import Prompt
-from specwatch.probe.stream import Attempt, Target
+from specwatch.probe.stream import Attempt, Target, max_bytes_without_token, max_event_bytes
+from specwatch.records import Outcome
 
 
 class FakeTransport:
@@ -70,3 +72,62 @@ async def test_a_stream_faster_than_a_pass_is_paused_until_its_bytes_are_parsed(
     assert not t.reading  # paused: the loop reads this socket no more in this pass
     arrivals.drain()
     assert t.reading and conn.pass_bytes == 0  # parsed, then read again
+
+
+def sglang_event(tokens: int, text: bytes = b"w") -> bytes:
+    return b'data: {"text": "%s", "meta_info": {"completion_tokens": %d}}\n\n' % (text, tokens)
+
+
+def chunked(body: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(body), body)
+
+
+HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+PINGS = b": keep-alive\n\n" * 4096  # 56 KiB of keep-alive comments
+
+
+def flooded(pieces: list[bytes]) -> Exchange:
+    ex = exchange()
+    ex.feed(HEAD, 1)
+    for i, piece in enumerate(pieces):
+        ex.feed(chunked(piece), 2 + i)
+        if ex.done.done():
+            break
+    return ex
+
+
+async def test_a_flood_without_a_token_ends_the_stream_past_two_of_its_largest_events():
+    """Keep-alives, or events that repeat the same count, past max_bytes_without_token: a stream_error at once,
+    not a read timeout's worth of parsing at full speed. Just under the bound, nothing is wrong."""
+    bound = max_bytes_without_token(1)
+    for flood in (PINGS, sglang_event(1, b"w" * 200_000)):  # keep-alives, or large events under the events cap
+        pieces = [sglang_event(1)] + [flood] * (bound // len(flood) + 1)
+        ex = flooded(pieces)
+        failure = ex.done.result()
+        assert failure is not None and failure.outcome is Outcome.STREAM_ERROR
+        assert "without a token after 1 tokens" in failure.error
+        under = flooded([sglang_event(1)] + [flood] * (bound // len(flood)))
+        assert not under.done.done()
+
+
+async def test_keep_alives_between_tokens_never_add_up():
+    """The count restarts at every token: a long stream whose keep-alives add up to far more than the bound,
+    but never that much between two tokens, is fine, and ends ok."""
+    per_gap = max_bytes_without_token(0) // len(PINGS) - 1
+    pieces = []
+    for n in range(1, 5):
+        pieces += [PINGS] * per_gap + [sglang_event(n)]
+    ex = flooded([*pieces, b"data: [DONE]\n\n"])
+    assert ex.done.result() is None and sum(map(len, pieces)) > 3 * max_bytes_without_token(4)
+
+
+async def test_the_largest_events_allowed_never_trip_it():
+    """After a token: one event as large as an event may be that carries no new token (a usage chunk, a role-only
+    delta), then one that does; plus keep-alives. Neither the event bound nor the flood bound refuses them."""
+    def largest(tokens: int, after: int) -> bytes:
+        pad = max_event_bytes(after) - len(sglang_event(tokens)[6:-2]) + 1
+        event = sglang_event(tokens, b"w" * pad)
+        assert len(event[6:-2]) == max_event_bytes(after)
+        return event
+    ex = flooded([sglang_event(1), PINGS, largest(1, 1), PINGS, largest(2, 1), sglang_event(3)])
+    assert not ex.done.done() and ex.attempt.tokens == 3

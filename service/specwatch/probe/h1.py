@@ -14,7 +14,8 @@ compression (we never ask for any). Detection, scrapes and info queries keep usi
 
 Every failure resolves the exchange with a ``Failure`` (the client turns it into a record's outcome):
 connect errors, a status other than 200 (with the first 200 bytes of its body), a malformed head or chunk,
-a connection lost mid-stream, silence or a drip past ``read_s``, the whole-request deadline.
+a connection lost mid-stream, silence or a drip past ``read_s``, a flood of bytes without a token (past
+``stream.max_bytes_without_token``), the whole-request deadline.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from ..records import Outcome
 from ..redaction import redact, scrub
 from .h1parse import ResponseParser
 from .sse import SSEParser
-from .stream import Attempt
+from .stream import Attempt, max_bytes_without_token
 
 log = logging.getLogger("specwatch")
 MAX_SNIPPET = 200
@@ -73,8 +74,8 @@ class Exchange:
     body ended after one) or a ``Failure``; ``complete`` says the body was read to its end, so the connection
     may carry another request."""
 
-    __slots__ = ("_location", "_snippet", "_sse", "attempt", "bytes_ns", "done", "ended", "keep_alive", "parser",
-                 "secrets", "seen", "status", "when_ns")
+    __slots__ = ("_location", "_quiet_bytes", "_snippet", "_sse", "attempt", "bytes_ns", "done", "ended",
+                 "keep_alive", "parser", "secrets", "seen", "status", "when_ns")
 
     def __init__(self, attempt: Attempt, loop: asyncio.AbstractEventLoop, secrets: tuple[str, ...] = ()) -> None:
         self.attempt = attempt
@@ -87,6 +88,7 @@ class Exchange:
         self.keep_alive = True
         self._snippet = b""
         self._sse = SSEParser()
+        self._quiet_bytes = 0  # body bytes since the last token-bearing chunk
         self.bytes_ns = 0  # the last arrival of any byte
         self.seen = False  # any byte of a response at all (a reused connection that died unseen is retried)
         self.when_ns = 0  # when the outcome was decided: the arrival stamp of the bytes that decided it
@@ -138,10 +140,18 @@ class Exchange:
         if self.done.done():
             return  # after [DONE] or a failure: read to the end, keep nothing
         attempt, now = self.attempt, self.bytes_ns
+        chunks = len(attempt.chunk_ns)
         for ev in self._sse.feed(piece):
             if attempt.handle(ev.data, now):
                 self.resolve(None)
                 return
+        if len(attempt.chunk_ns) > chunks:
+            self._quiet_bytes = 0
+            return
+        self._quiet_bytes += len(piece)
+        if self._quiet_bytes > max_bytes_without_token(attempt.tokens):
+            raise StreamError(f"{self._quiet_bytes} bytes without a token after {attempt.tokens} tokens: a flood "
+                              "(keep-alives or events that carry no token)")
 
     def _http_error(self) -> None:
         if self.done.done():

@@ -6,11 +6,13 @@ Handles events split across reads, LF / CRLF / CR line endings, ``:`` comments, 
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from ..errors import SSEError
 
 MAX_PENDING_BYTES = 16 * 1024 * 1024
+COMMENT_LINES = re.compile(rb"^:[^\n]*\n", re.MULTILINE)  # a whole ``:`` line, keep-alives included
 
 
 class SSEEvent(NamedTuple):  # a tuple: built once per streamed chunk, so it must cost next to nothing
@@ -53,16 +55,17 @@ class SSEParser:
         self._skip_lf = buf.endswith(b"\r")
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if buf[:1] == b":" or b"\n:" in buf:  # comment lines mean nothing: dropped whole, in C, not line by line
+            buf = COMMENT_LINES.sub(b"", buf)
         events: list[SSEEvent] = []
         if not self._data and not self._event:  # fast path: whole ``data: …`` events, one line each
+            buf = buf.lstrip(b"\n")  # blank lines with no event pending dispatch nothing
             blocks = buf.split(b"\n\n")
             buf = blocks.pop()
             for block in blocks:
                 if block[:6] == b"data: " and b"\n" not in block:
                     events.append(SSEEvent("message", block[6:]))
-                elif block[:1] == b":" and b"\n" not in block:  # a keep-alive comment: nothing to do
-                    continue
-                else:  # anything else (comments, event:, several data lines, a stray blank) line by line
+                else:  # anything else (event:, several data lines, a stray blank) line by line
                     for line in block.split(b"\n"):
                         self._line(line, events)
                     self._line(b"", events)

@@ -44,6 +44,27 @@ MAX_EVENT_BYTES = 1024 * 1024  # one event's data: this, plus as much per token 
 MAX_EVENT_BYTES_PER_TOKEN = 1024  # cumulative, so events grow with the stream, never beyond this)
 
 
+def max_event_bytes(tokens: int) -> int:
+    """The largest event a stream may send after ``tokens`` tokens."""
+    return MAX_EVENT_BYTES + tokens * MAX_EVENT_BYTES_PER_TOKEN
+
+
+def max_events(token_cap: int) -> int:
+    """The most data events a stream may send for ``token_cap`` tokens: one per token-bearing chunk, and as many
+    again for events that carry none (a role-only first delta, the usage and speculative-stats chunks, SGLang's
+    ``sglext_ids``), plus a few. Past it the server repeats itself: the chunk cap never fires on events that
+    claim no new token."""
+    return 2 * token_cap + 16
+
+
+def max_bytes_without_token(tokens: int) -> int:
+    """The most body bytes a stream may send between two tokens: room for two of its largest events (one that
+    carries no token, such as a role-only first chunk or the usage chunk, then one that does) and their
+    framing. A server past this floods without progress; the drip rule (no token for ``read_s``) would end it
+    only after a read timeout's worth of parsing at full speed."""
+    return 2 * max_event_bytes(tokens)
+
+
 @dataclass(frozen=True, slots=True)
 class GenParams:
     max_tokens: int = 256
@@ -173,6 +194,7 @@ class Attempt:
     chunk_tokens_max: int | None = None  # set when counts were apportioned: each chunk holds 1..this
     max_tokens: int | None = None  # asked for: bounds the tokens claimed and the chunks kept (None: unbounded)
     token_cap: int = field(init=False)  # the most tokens (so chunks) it may carry: max_tokens + TOKEN_MARGIN
+    events: int = 0  # data events so far, [DONE] aside
 
     def __post_init__(self) -> None:
         self.token_cap = 2**62 if self.max_tokens is None else self.max_tokens + TOKEN_MARGIN
@@ -181,7 +203,11 @@ class Attempt:
         """Consume one SSE data payload; True once the stream is complete ([DONE])."""
         if data == b"[DONE]":
             return True
-        if len(data) > MAX_EVENT_BYTES + self.tokens * MAX_EVENT_BYTES_PER_TOKEN:
+        self.events += 1
+        if self.events > max_events(self.token_cap):
+            raise StreamError(f"more than {max_events(self.token_cap)} events for {self.max_tokens} tokens asked: "
+                              "an endless stream")
+        if len(data) > max_event_bytes(self.tokens):
             raise StreamError(f"an event of {len(data)} bytes after {self.tokens} tokens (no server sends that)")
         self.data_bytes += len(data)
         try:
