@@ -1,8 +1,10 @@
-"""Line splitting limits (long, binary, partial lines) and the server-metrics scrape parser."""
+"""Line splitting limits (long, binary, partial lines), its pace, and the server-metrics scrape parser."""
+
+import time
 
 import pytest
 
-from specwatch.server.logtail import LineSplitter, SourceState
+from specwatch.server.logtail import BUSY_SHARE, LineSplitter, SourceState, feed_paced
 from specwatch.server.scrape import ScrapeState, running_from_text, samples_from_text
 
 
@@ -95,3 +97,20 @@ def test_running_from_text_skips_what_the_full_parser_would_refuse():
     # sampler keeps the readable lines
     assert running_from_text('vllm:num_requests_running{engine="0"} x\nsglang:num_running_reqs{tp_rank="0"}\n'
                              'vllm:num_requests_running{engine="1"} 3\n') == [3]
+
+
+async def test_parsing_a_backlog_takes_at_most_half_a_core():
+    """feed_paced rests after each slice in proportion to its CPU time: over a backlog whose lines cost real CPU,
+    the thread's CPU time is at most BUSY_SHARE of the wall time (contention only lowers that share)."""
+    def busy(_line: str) -> None:
+        end = time.thread_time() + 0.0002
+        while time.thread_time() < end:
+            pass
+
+    split = LineSplitter(busy, SourceState())
+    slice_ = b"a line\n" * 20  # 4 ms of CPU per slice
+    cpu0, wall0 = time.thread_time(), time.monotonic()
+    for _ in range(50):
+        await feed_paced(split, slice_)
+    cpu, wall = time.thread_time() - cpu0, time.monotonic() - wall0
+    assert cpu >= 0.15 and cpu / wall <= BUSY_SHARE * 1.05, (cpu, wall)

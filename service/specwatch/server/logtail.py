@@ -15,6 +15,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ MAX_LINE_BYTES = 64 * 1024
 # A file is read this much at a time, yielding to the event loop in between: a large backlog (--from-start
 # on a long log) must not hold up the probes in flight, whose latency would then be the sidecar's own stall.
 READ_CHUNK_BYTES = 16 * 1024
+BUSY_SHARE = 0.5  # of one core: the most that parsing a log source's bytes may take, however many arrive
 log = logging.getLogger("specwatch.logs")
 
 
@@ -90,6 +92,16 @@ class LineSplitter:
             self.state.skipped["partial"] += 1
         self._buf = b""
         self._discarding = False
+
+
+async def feed_paced(split: LineSplitter, data: bytes) -> None:
+    """Parse ``data``, then rest in proportion to the CPU time that took, so that a backlog, a burst or a fast
+    pipe takes at most ``BUSY_SHARE`` of a core. The server this sidecar sits beside keeps the rest, and so do
+    the probes and ``/healthz``: on a busy machine the kernel wakes a process that rests between slices as soon
+    as a request arrives, where one that never rests waits its turn behind every other busy process."""
+    started = time.thread_time()
+    split.feed(data)
+    await asyncio.sleep((time.thread_time() - started) * (1 - BUSY_SHARE) / BUSY_SHARE)
 
 
 def file_lines(chunks: Iterable[bytes], state: SourceState) -> Iterator[str]:
@@ -174,8 +186,7 @@ class FileFollower:
             if not data:
                 return pos
             pos += len(data)
-            self.split.feed(data)
-            await asyncio.sleep(0)
+            await feed_paced(self.split, data)
 
 
 def _open_regular(path: str) -> tuple[int | None, str]:
@@ -223,7 +234,7 @@ class CommandSource:
                 try:
                     assert proc.stdout is not None
                     while data := await proc.stdout.read(1 << 16):
-                        self.split.feed(data)
+                        await feed_paced(self.split, data)
                     rc = await proc.wait()
                     self.state.last_error = f"log command exited with status {rc}"
                 finally:
@@ -273,7 +284,7 @@ class StdinSource:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(self.fd, "rb", 0,
                                                                                                 closefd=False))
         while data := await reader.read(1 << 16):
-            self.split.feed(data)
+            await feed_paced(self.split, data)
 
     async def _thread(self) -> None:
         loop = asyncio.get_running_loop()
@@ -290,8 +301,7 @@ class StdinSource:
 
         threading.Thread(target=read, name="stdin-reader", daemon=True).start()
         while data := await chunks.get():
-            self.split.feed(data)
-            await asyncio.sleep(0)
+            await feed_paced(self.split, data)
 
 
 LogSource = FileFollower | CommandSource | StdinSource
