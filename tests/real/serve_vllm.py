@@ -24,6 +24,7 @@ import contextlib
 import ctypes.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -158,7 +159,10 @@ def main() -> int:
         print(f"serve_vllm: {move_worker(os.getpgid(child.pid))}", flush=True)
     if child.poll() is None and os.environ.get("PIN_ENGINE_CORE", "1") != "0":
         print(f"serve_vllm: {pin_engine_core(os.getpgid(child.pid))}", flush=True)
-    return child.wait()
+    try:
+        return child.wait()
+    finally:
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)  # this start's own: nothing else writes there
 
 
 if __name__ == "__main__":
