@@ -194,19 +194,21 @@ class Attempt:
     chunk_tokens_max: int | None = None  # set when counts were apportioned: each chunk holds 1..this
     max_tokens: int | None = None  # asked for: bounds the tokens claimed and the chunks kept (None: unbounded)
     token_cap: int = field(init=False)  # the most tokens (so chunks) it may carry: max_tokens + TOKEN_MARGIN
+    event_cap: int = field(init=False)  # the most data events it may carry: max_events(token_cap)
     events: int = 0  # data events so far, [DONE] aside
 
     def __post_init__(self) -> None:
         self.token_cap = 2**62 if self.max_tokens is None else self.max_tokens + TOKEN_MARGIN
+        self.event_cap = max_events(self.token_cap)
 
     def handle(self, data: bytes, now: int) -> bool:
         """Consume one SSE data payload; True once the stream is complete ([DONE])."""
         if data == b"[DONE]":
             return True
         self.events += 1
-        if self.events > max_events(self.token_cap):
-            raise StreamError(f"more than {max_events(self.token_cap)} events for {self.max_tokens} tokens asked: "
-                              "an endless stream")
+        if self.events > self.event_cap:
+            raise StreamError(f"more than {self.event_cap} events for {self.max_tokens} tokens asked: an endless "
+                              "stream")
         if len(data) > max_event_bytes(self.tokens):
             raise StreamError(f"an event of {len(data)} bytes after {self.tokens} tokens (no server sends that)")
         self.data_bytes += len(data)
