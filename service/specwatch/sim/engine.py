@@ -62,6 +62,7 @@ class SimRequest:
     hist: list[int] = field(default_factory=list)
     arrival_ns: int = 0
     first_ns: int = 0
+    first_sent_ns: int = 0  # when its first token's chunk went to be written (0: not streamed, or not yet)
     last_ns: int = 0
     chunks: int = 0
     batch_sum: int = 0  # sum of the batch sizes of the decode rounds it was in
@@ -109,7 +110,7 @@ class SimRequest:
                 "completion_tokens": self.completion_tokens, "verify_ct": self.verify_ct,
                 "accepted_drafts": self.accepted_drafts, "chunks": self.chunks, "arrival_ns": self.arrival_ns,
                 "mean_batch_size": self.batch_sum / self.rounds if self.rounds else None,
-                "first_token_ns": self.first_ns, "last_token_ns": self.last_ns}
+                "first_token_ns": self.first_ns, "first_sent_ns": self.first_sent_ns, "last_token_ns": self.last_ns}
 
 
 def verify(r: SimRequest, batch_size: int, spec: model.SpecConfig, t: Totals) -> int:

@@ -22,7 +22,6 @@ from .wire import (
     max_tokens,
     number,
     read_json,
-    received_at,
 )
 
 # 0.5.23 logs a warning on every call of an old name, then answers as the new one (entrypoints/http_server.py:
@@ -43,7 +42,6 @@ class NativeAPI(Handlers):
         self.warn = warn
 
     def routes(self, app: web.Application) -> None:
-        app.middlewares.append(received_at)
         app.router.add_route("POST", "/generate", self.generate)
         app.router.add_route("PUT", "/generate", self.generate)
         app.router.add_get("/health", self.health)

@@ -19,6 +19,7 @@ from . import model, oracle, pattern
 from .control import control_routes
 from .engine import Engine, EngineSettings
 from .faults import FaultPlan
+from .wire import ArrivalStamps
 
 
 class LogSink:
@@ -153,7 +154,10 @@ def sim_profile(args: argparse.Namespace) -> model.Profile:
 async def run_server(args: argparse.Namespace, app: web.Application, engine: Engine, faults: FaultPlan,
                      say: Callable[[str], None], ready_lines: list[str],
                      extra_tasks: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = ()) -> int:
-    """Serve ``app`` (and the control port if asked) with the engine running, until a signal."""
+    """Serve ``app`` (and the control port if asked) with the engine running, until a signal. Every request to
+    ``app`` is stamped with its arrival (``wire.ArrivalStamps``), its first middleware."""
+    stamps = ArrivalStamps()
+    app.middlewares.insert(0, stamps.received_at)
     runners = [web.AppRunner(app, access_log=None, handler_cancellation=True)]
     # the control port listens before the API does: whoever sees /health answer finds /truth and /control up
     sites: list[tuple[web.AppRunner, str, int]] = []
@@ -168,6 +172,7 @@ async def run_server(args: argparse.Namespace, app: web.Application, engine: Eng
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tasks = [asyncio.create_task(engine.run()), *(asyncio.create_task(t()) for t in extra_tasks)]
+    listening: asyncio.Server | None = None
     try:
         tls = None
         if args.ssl_certfile:
@@ -175,8 +180,12 @@ async def run_server(args: argparse.Namespace, app: web.Application, engine: Eng
             tls.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
         for runner, host, port in sites:
             await runner.setup()
-            await web.TCPSite(runner, host, port, reuse_address=True,
-                              ssl_context=tls if runner is runners[0] else None).start()  # TLS on the API only
+            if runner is not runners[0]:
+                await web.TCPSite(runner, host, port, reuse_address=True).start()
+                continue
+            assert runner.server is not None  # the API listens through the arrival stamps; TLS on it only
+            listening = await loop.create_server(stamps.factory(runner.server), host, port, ssl=tls,
+                                                 reuse_address=True)
         scheme = "https" if tls else "http"
         for line in ready_lines:
             say(line.format(url=f"{scheme}://{args.host}:{args.port}"))
@@ -188,6 +197,8 @@ async def run_server(args: argparse.Namespace, app: web.Application, engine: Eng
         for t in tasks:
             t.cancel()
         engine.shutdown()
+        if listening is not None:
+            listening.close()
         for runner in runners:
             await runner.cleanup()
     return 0

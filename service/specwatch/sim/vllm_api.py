@@ -21,7 +21,7 @@ from .engine import Engine, SimRequest
 from .faults import FaultPlan
 from .flavours import VLLM
 from .openai import OpenAIAPI
-from .wire import ServerIdentity, json_response, received_at
+from .wire import ServerIdentity, json_response
 
 
 class VLLMAPI(OpenAIAPI):
@@ -32,7 +32,6 @@ class VLLMAPI(OpenAIAPI):
         self.spec_metrics = spec_metrics
 
     def routes(self, app: web.Application) -> None:
-        app.middlewares.append(received_at)
         super().routes(app)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
