@@ -89,11 +89,11 @@ def boolean(d: dict[str, Any], key: str, default: bool = False) -> bool:
 class StampedConnection(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind one that notes when a request's first bytes arrive.
 
-    aiohttp parses a request and builds its handler's task before any middleware runs; right after an idle spell
-    that took 4-8 ms of a 2-core VM's time (measured between the bytes' arrival and the middleware), and the
-    client's TTFT counts it while a truth stamped in the middleware did not. Bytes that arrive while a request
-    of this connection is being handled (its body, a pipelined request) start nothing: that request falls back to
-    the middleware's own stamp."""
+    aiohttp parses a request and builds its handler's task before any middleware runs. Right after an idle spell
+    that took 4-8 ms on a 2-core VM (measured from the bytes' arrival to the middleware): a client's TTFT counts
+    that time, and a truth stamped in the middleware did not. Bytes that arrive while a request of this
+    connection is being handled (its body, a pipelined request) start nothing: a request they begin falls back
+    to the middleware's own stamp."""
 
     __slots__ = ("_inner", "_open", "busy", "head_ns")
 
