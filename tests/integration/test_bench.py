@@ -87,7 +87,7 @@ def test_accuracy_against_the_simulators_truth(procs, tmp_path, api, concurrency
         # one stream: decode time is rounds x cycle, so tok/s given the realised acceptance is within 3%
         assert res["decode_tokens_per_second"] == pytest.approx(true_al / explain.cycle_ms * 1000, rel=0.03)
         ttft_true = [(t["first_token_ns"] - t["arrival_ns"]) / 1e9 for t in truth]
-        ttft_wire = [(t["first_sent_ns"] - t["arrival_ns"]) / 1e9 for t in truth]
+        ttft_wire = [(t["first_sent_ns"] - t["received_ns"]) / 1e9 for t in truth]
         ttft_model = [model.prefill_ms(model.PROFILES["seed"], t["prompt_tokens"]) / 1000 for t in truth]
         # per request (one stream: runs and the simulator's record are in the same order), against the TTFT the
         # simulator put on the wire: from its request's first bytes to its first token's write. The client's

@@ -1,12 +1,14 @@
-"""The simulator's arrival stamp (``wire.ArrivalStamps``): a request's truth starts when its first bytes reach the
-process, not when aiohttp has parsed them; bytes that come while the connection is busy start nothing."""
+"""The simulator's arrival stamps (``wire.ArrivalStamps``): a request's wire TTFT starts when its first bytes reach
+the process, not when aiohttp has parsed them; bytes that come while the connection is busy start nothing. The
+engine's arrival is when the middleware ran."""
 
 import asyncio
+import time
 
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from specwatch.sim.wire import RECEIVED_NS, ArrivalStamps
+from specwatch.sim.wire import ARRIVAL_NS, RECEIVED_NS, ArrivalStamps
 
 
 class Inner(asyncio.Protocol):
@@ -39,7 +41,10 @@ async def answer(stamps: ArrivalStamps, request: web.Request, during=None) -> in
             during()
         return web.Response()
 
+    before = time.monotonic_ns()
     await stamps.received_at(request, handler)
+    # the engine's arrival is when the middleware ran: never before the bytes, never before the call
+    assert request[ARRIVAL_NS] >= max(request[RECEIVED_NS], before)
     return request[RECEIVED_NS]
 
 

@@ -61,6 +61,7 @@ class SimRequest:
     draft_tokens: int = 0  # drafts proposed over its verify rounds (the step count can change per round)
     hist: list[int] = field(default_factory=list)
     arrival_ns: int = 0
+    received_ns: int = 0  # when its first bytes reached the process (served only; arrival_ns is the engine's)
     first_ns: int = 0
     first_sent_ns: int = 0  # when its first token's chunk went to be written (0: not streamed, or not yet)
     last_ns: int = 0
@@ -109,6 +110,7 @@ class SimRequest:
         return {"rid": self.rid, "outcome": outcome, "domain": self.domain, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "verify_ct": self.verify_ct,
                 "accepted_drafts": self.accepted_drafts, "chunks": self.chunks, "arrival_ns": self.arrival_ns,
+                "received_ns": self.received_ns or self.arrival_ns,
                 "mean_batch_size": self.batch_sum / self.rounds if self.rounds else None,
                 "first_token_ns": self.first_ns, "first_sent_ns": self.first_sent_ns, "last_token_ns": self.last_ns}
 

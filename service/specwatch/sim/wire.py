@@ -1,6 +1,6 @@
 """Wire helpers shared by the simulator's native and OpenAI handlers: request validation, JSON answers, the
-arrival stamp (taken when a request's first bytes reach the process), and driving a request through the engine
-until it finishes.
+arrival stamps (when a request's first bytes reach the process, and when the engine can have it), and driving
+a request through the engine until it finishes.
 
 Shapes follow SGLang 0.5.2x (the wire-format tests in tests/integration/test_sim_wire.py pin them).
 """
@@ -21,7 +21,8 @@ from .engine import Engine, SimRequest, Snapshot
 from .faults import FaultPlan
 
 MAX_NEW_TOKENS_LIMIT = 32_768
-RECEIVED_NS = web.RequestKey("received_ns", int)  # when the request reached the process (ArrivalStamps)
+RECEIVED_NS = web.RequestKey("received_ns", int)  # when its first bytes reached the process (ArrivalStamps)
+ARRIVAL_NS = web.RequestKey("arrival_ns", int)  # when the first middleware ran: the engine's arrival
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -128,9 +129,12 @@ class StampedConnection(asyncio.Protocol):
 
 class ArrivalStamps:
     """The protocol factory of a listening socket (``loop.create_server``) in front of an aiohttp runner's, and
-    the middleware that gives each request its arrival: when its first bytes reached the process, or when the
-    middleware ran if they came in while the connection was busy. Install ``received_at`` as the app's first
-    middleware, so that every answered request takes its stamp."""
+    the middleware that gives each request two stamps: ``RECEIVED_NS``, when its first bytes reached the process
+    (when the middleware ran if they came in while the connection was busy), where the TTFT the simulator puts
+    on the wire starts; and ``ARRIVAL_NS``, when the middleware ran, the engine's arrival. The engine keeps the
+    second: it schedules and batches a request from when its handler can submit it, so that a served run and
+    ``/explain``'s virtual one (its client pace read from these arrivals) batch alike. Install ``received_at`` as
+    the app's first middleware, so that every answered request takes its stamps."""
 
     def __init__(self) -> None:
         self.open: dict[asyncio.BaseProtocol, StampedConnection] = {}
@@ -143,6 +147,7 @@ class ArrivalStamps:
                           handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         """Stamp the request as early as the server saw it: the simulator's truth starts here."""
         now = time.monotonic_ns()
+        request[ARRIVAL_NS] = now
         conn = self.open.get(request.protocol)
         if conn is None:
             request[RECEIVED_NS] = now
@@ -169,7 +174,7 @@ class Handlers:
         req = SimRequest(rid=rid or uuid.uuid4().hex, prompt=prompt, prompt_tokens=prompt_tokens,
                          max_new_tokens=max_new, ignore_eos=ignore_eos, temperature=temperature,
                          stream_interval=stream_interval or self.engine.s.stream_interval,
-                         arrival_ns=request[RECEIVED_NS])
+                         arrival_ns=request[ARRIVAL_NS], received_ns=request[RECEIVED_NS])
         self.engine.submit(req)
         return req
 
