@@ -15,7 +15,18 @@ told the client's pace as the served engine saw it (``send_ms``: the mean delay 
 its stream; 0.1-1.0 ms here), the one part of the pattern that is the machine's. Each cell reseeds the simulator
 (``/control``): a request's acceptance draws follow its prompt and how often that prompt was asked
 (``sim.draws``), so the served run and the virtual one draw alike whatever order the streams' first requests
-arrive in."""
+arrive in.
+
+``send_ms`` is a mean, and the oracle's client sends evenly at it; the real client now and then pauses within
+a closed loop's wave. One run here waited 130 ms between two sends of a 64-stream wave: the served engine
+prefilled the wave in three batches, the later ones stalling the requests already decoding, and plain decoding's
+decode figure read 1.95% below the oracle's. Pauses forced on the client (SIGSTOP) missed the other way, -3.7%:
+the mean they inflated spread the oracle's even sends past its first prefill, and the oracle split a wave the
+served engine had not. Two clean-clone CI runs missed this cell, 0 steps at 64 streams, by +1.54% and -2.31%.
+Either way the served run batched its arrivals in another number of prefills than the oracle's run of the stated
+pattern, and both steady states count them (``prefill_batches``). A cell that misses is measured again, at
+most twice, only while its served run was so disturbed (or its engine lost time to a host stall: ``/truth``'s
+``pacer``); each such measurement is in the table; a miss with the oracle's batching fails at once."""
 
 from __future__ import annotations
 
@@ -38,6 +49,7 @@ STEPS = (0, 2, 5, 10)
 OUTPUT = 64
 SEED = 5
 WITHIN = 0.01
+RETRIES = 2  # a disturbed cell that misses is measured again at most this often (``measured``)
 FIGURES = ("tokens_per_second", "decode_tokens_per_second")
 TABLE: list[str] = []
 SENDS: list[float] = []  # each cell's send_ms, their range printed at the module's end
@@ -76,10 +88,12 @@ def sims(tmp_path_factory):
           " (the table: in the summary, tests/conftest.py)")
 
 
-def cell(sim, profile: str, n: int) -> tuple[dict, dict]:
-    """The served engine's steady figures under bench's load, and ``/explain``'s for the same pattern."""
+def cell(sim, profile: str, n: int) -> tuple[dict, dict, str]:
+    """The served engine's steady figures under bench's load, ``/explain``'s for the same pattern, and what
+    disturbed the served run, if anything did (``disturbance``)."""
     http_json(sim.control + "/control", {"profile": profile, "cost_scale": cost_scale(profile, n), "seed": SEED})
-    seen = {r["rid"] for r in http_json(sim.control + "/truth")["requests"]}
+    before = http_json(sim.control + "/truth")
+    seen = {r["rid"] for r in before["requests"]}
     p = subprocess.run([*cores()[1], *specwatch_cmd("bench", "--server-url", sim.url, "--concurrency", str(n),
                                                     "--num-runs", str(requests_at(n)), "--warmup", "1",
                                                     "--max-tokens", str(OUTPUT))],
@@ -95,7 +109,38 @@ def cell(sim, profile: str, n: int) -> tuple[dict, dict]:
     SENDS.append(send)
     explained = http_json(f"{sim.control}/explain?streams={n}&output_tokens={OUTPUT}&requests={requests_at(n)}"
                           f"&warmup=1&max_steps=0&send_ms={send:.4f}")["loads"][0]["served"]
-    return {f: getattr(served, f) for f in FIGURES}, explained
+    stalled = {k: truth["pacer"][k] - before["pacer"][k] for k in ("stalls", "lost_ms")}
+    return ({f: getattr(served, f) for f in FIGURES}, explained,
+            disturbance(served.prefill_batches, explained["prefill_batches"], stalled))
+
+
+def disturbance(served_batches: int, explained_batches: int, stalled: dict[str, float]) -> str:
+    """What the host did to a served run that the oracle's run of the stated pattern cannot show, or "": the
+    engine batched the arrivals in another number of prefills (the client paused within a wave: one run here
+    waited 130 ms between two of a 64-stream wave's sends, and the wave's second prefill then stalled 16 decoding
+    requests, -1.95% on decode), or the engine's schedule fell too far behind to catch up (``/truth``'s ``pacer``)."""
+    why = []
+    if served_batches != explained_batches:
+        why.append(f"the served engine prefilled its steady window in {served_batches} batches, the oracle's run in "
+                   f"{explained_batches}")
+    if stalled["stalls"]:
+        why.append(f"the host stalled the served engine {stalled['stalls']:.0f} times, {stalled['lost_ms']:.1f} ms")
+    return "; ".join(why)
+
+
+def measured(sim, profile: str, steps: int, n: int) -> tuple[dict, dict, list[str]]:
+    """A cell's figures, served and explained, and its table rows; a cell that misses is measured again, up to
+    ``RETRIES`` times, only while a disturbance of the host explains it (the table says so), never otherwise."""
+    cell_name = f"  {profile:<5} {steps:>2} {n:>3}"
+    for attempt in range(1, RETRIES + 2):
+        served, explained, disturbed = cell(sim, profile, n)
+        errs = {f: explained[f] / served[f] - 1 for f in FIGURES}
+        if attempt > RETRIES or not disturbed or all(abs(e) <= WITHIN for e in errs.values()):
+            break
+        TABLE.append(f"{cell_name} measured again ({attempt}): "
+                     + ", ".join(f"{f} {100 * e:+.2f}%" for f, e in errs.items()) + f" after {disturbed}")
+    return served, explained, [f"{cell_name} {f:<25} {served[f]:9.2f} {explained[f]:9.2f} {100 * errs[f]:+.2f}%"
+                               for f in FIGURES]
 
 
 def send_ms(requests: list[dict]) -> float:
@@ -119,13 +164,10 @@ def test_explain_is_the_served_engine_at_every_load(sims, profile):
     misses = []
     for steps in STEPS:
         for n in LOADS:
-            served, explained = cell(sims[steps], profile, n)
-            for figure in FIGURES:
-                err = explained[figure] / served[figure] - 1
-                TABLE.append(f"  {profile:<5} {steps:>2} {n:>3} {figure:<25} {served[figure]:9.2f} "
-                             f"{explained[figure]:9.2f} {100 * err:+.2f}%")
-                if abs(err) > WITHIN:
-                    misses.append(TABLE[-1])
+            served, explained, rows = measured(sims[steps], profile, steps, n)
+            TABLE.extend(rows)
+            misses += [row for row, f in zip(rows, FIGURES, strict=True)
+                       if abs(explained[f] / served[f] - 1) > WITHIN]
             decode["served", steps, n] = served["decode_tokens_per_second"]
             decode["explained", steps, n] = explained["decode_tokens_per_second"]
     assert misses == [], "\n".join(misses)

@@ -14,7 +14,7 @@ from specwatch.probe.schedule import make_pacer
 from specwatch.sim import model, oracle, pattern, virtual
 from specwatch.sim.engine import EngineSettings
 from specwatch.sim.pattern import Pattern
-from specwatch.sim.steady import full_at, steady, steady_set
+from specwatch.sim.steady import Steady, full_at, steady, steady_set
 
 SEED = model.PROFILES["seed"]
 
@@ -85,6 +85,22 @@ def test_closed_loop_streams_stay_in_flight_and_bench_prompts_are_sent_in_order(
     assert len(texts) == 50
     s = steady(r.requests, r.rounds, r.prefills, 2, 8)
     assert s is not None and s.mean_in_flight == pytest.approx(8, rel=0.01)
+
+
+def test_a_wave_sent_slower_than_a_prefill_splits_and_the_steady_state_counts_its_batches():
+    """Plain decoding at 8 streams: each wave's first request is prefilled alone and the other 7 together while
+    the sends are quick; sends 20 ms apart outlast that first prefill (80 ms), and the rest split in two: the
+    steady window holds more prefills, each stalling the decoding streams (the oracle test's disturbed cell)."""
+    def run(send_ms: float) -> tuple[list[int], Steady]:
+        r = virtual.run(settings(0), Pattern(streams=8, output_tokens=64, requests=40, warmup=1, send_ms=send_ms))
+        s = steady(r.requests, r.rounds, r.prefills, 1, 8)
+        assert s is not None
+        return [n for _, n, _ in r.prefills], s
+
+    quick, slow = run(0.2), run(20.0)
+    assert quick[0][1:] == [1, 7] * 5 and slow[0][1:] == [1, 4, 3] * 5  # after the warm-up
+    assert quick[1].prefill_batches == 10 and slow[1].prefill_batches == 14
+    assert slow[1].decode_tokens_per_second < quick[1].decode_tokens_per_second * 0.96
 
 
 @pytest.mark.parametrize("poisson", [False, True])

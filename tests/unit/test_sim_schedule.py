@@ -57,6 +57,31 @@ def test_an_idle_engine_resumes_at_the_arrival_that_woke_it(late_ns, cost_ms, en
         loop.close()
 
 
+@pytest.mark.parametrize(("late_ms", "stalls", "lost_ms"), [
+    (3.0, 0, 0.0),  # within a round: made up by the next sleeps
+    (20.0, 0, 0.0),  # within CATCH_UP_NS
+    (60.0, 1, 60.0),  # further behind: the schedule restarts from now, and says what it gave up
+])
+def test_a_busy_engine_counts_the_time_it_could_not_make_up(late_ms, stalls, lost_ms):
+    loop = VirtualLoop()
+    pace = Pacer(loop.clock)
+
+    async def go() -> list[int]:
+        ends = [await pace.sleep_for(4.0)]  # starts the schedule at 0: an idle start is no stall
+        loop.now_ns += int(late_ms * MS)  # the host held the loop past the round's deadline
+        ends.append(await pace.sleep_for(4.0))
+        ends.append(await pace.sleep_for(4.0))
+        return ends
+
+    try:
+        ends = loop.run_until_complete(go())
+    finally:
+        loop.close()
+    assert (pace.stalls, pace.lost_ns / MS) == (stalls, lost_ms)
+    caught_up = ends[0] + (late_ms * MS if stalls else 0) + 8 * MS  # two rounds after the first, or after the stall
+    assert ends[2] == max(caught_up, ends[1])
+
+
 def test_a_late_engine_neither_lengthens_a_request_nor_merges_a_prefill():
     """Two requests stamped 1 and 1.5 ms; the engine first runs at 1.6 ms. On time it would have prefilled the
     first alone at 1 ms and the second after it, and so it does: each prefill ends its cost after its start."""

@@ -66,6 +66,7 @@ def control_routes(app: web.Application, engine: Engine, batch_size: int, faults
                       "rounds": [{"end_ns": t, "batch_size": b, "tokens": n} for t, b, n in engine.rounds],
                       "prefills": [{"end_ns": t, "requests": b, "prompt_tokens": n} for t, b, n in engine.prefills],
                       "forward_ct_decode": engine.forward_ct_decode, "explain": explained(),
+                      "pacer": {"stalls": engine.pace.stalls, "lost_ms": engine.pace.lost_ns / 1e6},
                       "faults": {"kind": faults.kind, "remaining": faults.remaining, "injected": faults.injected}})
 
     async def explain(request: web.Request) -> web.Response:

@@ -144,17 +144,23 @@ class Pacer:
     """Sleeps until absolute deadlines, so that timer overshoot never accumulates over rounds: a round that
     woke late (the event loop's millisecond timers, a busy host) is made up by shorter sleeps after it, up to
     ``CATCH_UP_NS`` or one round behind, whichever is more; further behind (or after idling), the schedule
-    restarts from now."""
+    restarts from now, and a restart while busy is counted with the time it gave up."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.deadline: int | None = None
+        self.stalls = 0  # restarts from a schedule the host had fallen too far behind (``/truth``'s ``pacer``)
+        self.lost_ns = 0  # their time: the engine's schedule is that much longer than its costs
 
     async def sleep_for(self, cost_ms: float) -> int:
         cost_ns = int(cost_ms * 1e6)
         now = self.clock()
-        if self.deadline is None or now - self.deadline > max(cost_ns, CATCH_UP_NS):
-            self.deadline = now  # far behind (or idle): do not burst to catch up
+        if self.deadline is None:
+            self.deadline = now
+        elif now - self.deadline > max(cost_ns, CATCH_UP_NS):  # far behind: do not burst to catch up
+            self.stalls += 1
+            self.lost_ns += now - self.deadline
+            self.deadline = now
         self.deadline += cost_ns
         delay = self.deadline - self.clock()
         # a round that is due already still yields once, so the streams write this round's chunk before the

@@ -27,6 +27,7 @@ class Steady:
     aggregate_tokens_per_second: float  # every token the engine produced in the window, per second
     ttft_ms: float  # mean, arrival to first token
     accept_length: float | None  # tokens per verify round, pooled over the steady set (None without speculation)
+    prefill_batches: int = 0  # prefills that ended in the window: how the engine batched the pattern's arrivals
 
 
 def steady_set(requests: Sequence[dict[str, Any]], warmup: int, streams: int | None) -> list[dict[str, Any]]:
@@ -85,4 +86,5 @@ def steady(requests: Sequence[dict[str, Any]], rounds: Sequence[tuple[int, int, 
         decode_tokens_per_second=sum(r["completion_tokens"] - 1 for r in s) * 1e9 / decode_ns if decode_ns else 0.0,
         aggregate_tokens_per_second=made * 1e9 / (end - start) if end > start else 0.0,
         ttft_ms=sum(r["first_token_ns"] - r["arrival_ns"] for r in s) / len(s) / 1e6,
-        accept_length=sum(r["completion_tokens"] - 1 for r in s) / rounds_ct if rounds_ct else None)
+        accept_length=sum(r["completion_tokens"] - 1 for r in s) / rounds_ct if rounds_ct else None,
+        prefill_batches=sum(1 for t, _, _ in prefills if start < t <= end))
