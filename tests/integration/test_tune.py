@@ -8,10 +8,11 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from conftest import free_port, specwatch_cmd, wait_until
+from conftest import free_port, http_json, specwatch_cmd, wait_until
 from specwatch.sim import model, oracle
 from specwatch.sim.engine import EngineSettings
 from specwatch.sim.pattern import Pattern
@@ -120,3 +121,49 @@ def test_sigterm_stops_the_current_server_and_keeps_what_was_measured(tmp_path):
     assert (out / "results" / "baseline.json").exists() and not (out / "results" / "steps=3.json").exists()
     left = subprocess.run(["pgrep", "-f", f"--port {port} "], capture_output=True, text=True)
     assert left.stdout.strip() == "", "the interrupted server is still running"
+
+
+@pytest.mark.serial  # a measured ratio held to the oracle's: not beside CPU-bound tests
+def test_with_targets_a_tie_is_settled_in_alternating_rounds_and_a_drift_cancels(procs, tmp_path):
+    """Plain decoding against 2 steps, both up (``--targets``): the seed profile's 2 steps are within a percent of
+    plain decoding at 128 tokens, so tune's first measurements tie and it settles the tie. Both are measured
+    again in 6 rounds that alternate between them, and halfway through both servers are slowed by half (the
+    machine's drift, ``/control``'s cost scale): compared round by round, the two still stand as the oracle has
+    them, and each round's order alternates."""
+    sims = {s: procs.sim("--profile", "seed", "--cost-scale", "0.2", "--seed", "1", "--quiet", *(
+        ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1")
+        if s else ()), name=f"sim-{s}") for s in (0, 2)}
+    out = tmp_path / "out"
+    p = subprocess.Popen(specwatch_cmd(
+        "tune", "--out", str(out), "--targets", f"{sims[0].url},{sims[2].url}", "--param", "steps=0,2", "--start",
+        "steps=2", "--max-tokens", str(MAX_TOKENS), "--num-runs", "4", "--warmup", "1"),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    watchdog = threading.Timer(300, p.kill)
+    watchdog.start()
+    rounds, lines = [], []
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("  -- round "):
+                rounds.append(line.split(": ", 1)[1].split(",")[0])
+                if line.startswith("  -- round 4 of 6") and len(rounds) == 7:  # the fourth round's first bench
+                    for sim in sims.values():
+                        http_json(sim.control + "/control", {"profile": "seed", "cost_scale": 0.3})
+        assert p.wait() == 0, "".join(lines)[-4000:]
+    finally:
+        watchdog.cancel()
+    stdout = "".join(lines)
+    doc = json.loads((out / "tune.json").read_text())
+    settle = doc["launches"][2:]
+    assert [la["steps"] for la in settle] == [0, 2], doc["launches"]
+    assert all("in 6 rounds alternating between them" in la["why"] for la in settle)
+    assert rounds == ["baseline", "steps=2", "steps=2", "baseline"] * 3  # round r starts at target r mod 2
+    for label in ("baseline", "steps=2"):
+        runs = json.loads((out / "results" / f"{label}.json").read_text())["by_concurrency"]["1"]["runs"]
+        assert [r["round"] for r in runs] == [r // 2 for r in range(12)], label  # 3 x 4 requests, 2 a round
+    true = truth(range(0, 3))
+    want = true[2] / true[0] - 1
+    row = next(line for line in stdout.splitlines() if line.startswith("steps=2") and "paired over 6 rounds" in line)
+    low, high = (float(x) / 100 for x in row.split("(")[1].split(",")[0].split(".."))
+    assert low <= want <= high and high - low < 0.15, (row, want)

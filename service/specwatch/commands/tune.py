@@ -10,7 +10,9 @@ The launch vocabulary is sweep's (one --param of whole numbers: the draft step c
 steps + 1). The baseline is launched once (or given: --baseline-tps, --baseline-curve), the start configuration
 next; then after each launch the advisor, fitted to everything this run measured, predicts every step count at
 every load, and tune launches the one with the highest predicted gain whose interval reaches above the best
-measured, until nothing is predicted to beat it or --max-launches speculative launches are spent. Each
+measured, until nothing is predicted to beat it or --max-launches speculative launches are spent; a pick that
+won only a tie is measured again against its rival, with --targets at one stream in rounds alternating between the
+two servers (``Run.settle``). Each
 configuration is saved in OUT/results/ as it finishes: a rerun with the same --out resumes without launching
 it again. A launch that fails is reported with its output's tail and the run goes on without it; Ctrl-C or
 SIGTERM stops the current server's process group and keeps what was measured. OUT/tune.json holds the run.
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import codec, options
+from .. import codec, interleaved, options
 from ..analysis import baseline as baseline_mod
 from ..analysis import checks as honesty
 from ..analysis import comparisons, engine_flags, load_sweep, tune_plan
@@ -67,6 +69,7 @@ class TuneSpec:
 
 
 SETTLE = 3  # a tie is measured again with this many times the requests (the interval ~1/sqrt(3) as wide)
+SETTLE_ROUNDS = 6  # with --targets at one stream, over this many rounds alternating between the two servers
 TUNE_KEYS = ("start", "max_launches", "baseline_tps", "baseline_curve")
 DEFAULTS: dict[str, Any] = ({f.name: f.default for f in dataclasses.fields(SweepSpec) if f.name != "interleave"}
                             | {"param": []}
@@ -148,12 +151,39 @@ class Run:
             print(f"\nlaunch: {step[0]} ({why})", flush=True)
             sw = self.t.sweep
             bench = dataclasses.replace(sw.bench, server_url=step[3], num_runs=sw.bench.num_runs * repeat)
-            res = run_one(sw, bench, step, self.out)
+            res = self._fresh(run_one(sw, bench, step, self.out), s)
             wall = time.monotonic() - t0
-            if res.ok and res.steps != s:  # what was launched: a server that does not report its steps
-                res = dataclasses.replace(res, steps=s, draft_tokens=s + 1 if s else 1)
-            if res.ok:
-                save(saved, res)
+        self._keep(s, res, why, nxt, wall)
+
+    def settle(self, steps: Sequence[int], why: str) -> None:
+        """A tie measured again, both sides with ``SETTLE`` times the requests. With every server up (--targets)
+        at one stream, in rounds alternating between the two (``interleaved``): a drift of the machine then falls
+        on both within a round and cancels in the comparison, paired by round. Else one launch each, back to back."""
+        sw = self.t.sweep
+        rounds = min(SETTLE_ROUNDS, sw.bench.num_runs * SETTLE)
+        if not sw.targets or sw.levels != [1] or rounds < 2:
+            for s in steps:
+                self.measure(s, why, repeat=SETTLE)
+            return
+        why = f"{why}, in {rounds} rounds alternating between them"
+        print(f"\nlaunch: {' and '.join(self.t.step(s)[0] for s in steps)} ({why})", flush=True)
+        t0 = time.monotonic()
+        results = interleaved.run_interleaved(dataclasses.replace(sw, interleave=rounds), dataclasses.replace(
+            sw.bench, num_runs=sw.bench.num_runs * SETTLE), [self.t.step(s) for s in steps])
+        wall = (time.monotonic() - t0) / len(steps)
+        for s, res in zip(steps, results, strict=True):
+            self._keep(s, self._fresh(res, s), why, None, wall)
+
+    def _fresh(self, res: ConfigResult, s: int) -> ConfigResult:
+        """A new measurement of step count ``s``, named by what was launched (a server that does not report its
+        steps), and saved for a rerun to resume."""
+        if res.ok and res.steps != s:
+            res = dataclasses.replace(res, steps=s, draft_tokens=s + 1 if s else 1)
+        if res.ok:
+            save(self.out / "results" / f"{safe(self.t.step(s)[0])}.json", res)
+        return res
+
+    def _keep(self, s: int, res: ConfigResult, why: str, nxt: tune_plan.Next | None, wall: float) -> None:
         if res.ok:
             self.results = [r for r in self.results if r.label != res.label] + [res]
         else:
@@ -223,9 +253,7 @@ def loop(run: Run, plain: dict[int, tune_plan.Plain]) -> str:
             both = [r.steps for label in (tie.pick, tie.rival) for r in run.results if r.label == label]
             if run.speculative + sum(1 for s in both if s) > t.max_launches:
                 return f"{nxt.reason}; {tie.words}, unsettled: --max-launches {t.max_launches} spent"
-            for s in both:  # back to back: a drift of the machine since the first measurements falls on both
-                run.measure(s, f"{tie.words}: both measured again with {SETTLE}x the requests to settle it",
-                            repeat=SETTLE)
+            run.settle(both, f"{tie.words}: both measured again with {SETTLE}x the requests to settle it")
             settled.add(tie.rival)
             continue
         if run.speculative >= t.max_launches:
