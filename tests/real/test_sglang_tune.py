@@ -4,10 +4,11 @@ neighbours instead. Over plain decoding and NGRAM at 2, 3 and 4 draft tokens (th
 plain server, two more started beside them), from 2 draft tokens; then the same four measured interleaved (a
 sweep whose rounds rotate over the servers, so the machine's drift falls on all alike): tune's pick is its best,
 or within its resolution (10% of the best, or twice the two means' standard error: the vLLM tier's), in three
-speculative launches to climb and two more when a tie is settled (both sides measured again, back to back: CI
-once measured 3 draft tokens in tune 25% above the truth's 374 ± 34 tok/s, 4 at its truth's 500, and with no
-launch left to settle the tie tune kept 3). NGRAM's cache learns the texts it serves, so every server serves
-the prompts once before tune: tune and the truth then measure the same warm caches. Tune measures each server
+speculative launches to climb and two more when a tie is settled (both sides measured again, in rounds
+alternating between the two servers: CI once measured 3 draft tokens in tune 25% above the truth's 374 ± 34
+tok/s, 4 at its truth's 500, and with no launch left to settle the tie tune kept 3). NGRAM's cache learns the
+texts it serves, so every server serves the prompts once before tune: tune and the truth then measure the same
+warm caches. Tune measures each server
 once or twice, so the four are measured on CPU 0, the clients on CPU 1 (``sglangserver.pinned_servers``):
 unpinned, CI once measured the 4-token server at 536 tok/s in tune and 703 ± 64 just after."""
 
