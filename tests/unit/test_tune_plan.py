@@ -153,12 +153,16 @@ class CannedRun:
             res = spread(res, (0.9, 1.1, 0.95, 1.05, 1.0))
         self.results = [r for r in self.results if r.label != res.label] + [res]
 
+    def settle(self, steps: list[int], why: str) -> None:
+        for s in steps:
+            self.measure(s, why, repeat=3)
+
     @property
     def speculative(self) -> int:
         return sum(1 for s, _ in self.measured if s)
 
 
-def test_tune_settles_a_tie_by_measuring_both_sides_again_back_to_back():
+def test_tune_settles_a_tie_by_measuring_both_sides_again():
     from specwatch.commands import tune as tune_cmd
     run = CannedRun(max_launches=2)
     reason = tune_cmd.loop(run, {})  # type: ignore[arg-type]
@@ -168,3 +172,41 @@ def test_tune_settles_a_tie_by_measuring_both_sides_again_back_to_back():
     reason = tune_cmd.loop(short, {})  # type: ignore[arg-type]
     assert short.measured == [(0, 1), (2, 1)] and "steps=2 ties baseline" in reason
     assert "unsettled: --max-launches 1 spent" in reason
+
+
+@pytest.mark.parametrize(("argv", "interleaved_rounds"), [
+    (["--targets", "http://127.0.0.1:9,http://127.0.0.1:10"], 6),  # both up, one stream: alternating rounds
+    (["--targets", "http://127.0.0.1:9,http://127.0.0.1:10", "--num-runs", "1"], 3),  # no more rounds than requests
+    (["--targets", "http://127.0.0.1:9,http://127.0.0.1:10", "--concurrency", "1,4"], 0),  # a level at 4 streams
+    (["--launch", "serve --steps {steps}", "--baseline-launch", "serve", "--server-url", "http://127.0.0.1:9"], 0),
+])
+def test_a_settle_alternates_between_running_servers_at_one_stream_else_goes_back_to_back(
+        argv, interleaved_rounds, tmp_path, monkeypatch):
+    """``Run.settle``: the same requests either way (``SETTLE`` x ``--num-runs`` a side); in rounds alternating
+    between the two servers when both are up (--targets) and every level is one stream, else one launch each."""
+    from specwatch import interleaved
+    from specwatch.commands import tune as tune_cmd
+    t = tune_cmd.parse([*argv, "--param", "steps=0,2", "--start", "steps=2", *(
+        [] if "--num-runs" in argv else ["--num-runs", "4"])])
+    calls: list[tuple[str, int, int, list[str]]] = []
+
+    def run_one(sw, bench, step, out):
+        calls.append(("launch", sw.interleave, bench.num_runs, [step[0]]))
+        return launch("seed", int(step[1].get("steps", 0)))
+
+    def run_interleaved(sw, bench, todo):
+        calls.append(("interleaved", sw.interleave, bench.num_runs, [step[0] for step in todo]))
+        return [launch("seed", int(step[1].get("steps", 0))) for step in todo]
+
+    monkeypatch.setattr(tune_cmd, "run_one", run_one)
+    monkeypatch.setattr(interleaved, "run_interleaved", run_interleaved)
+    (tmp_path / "results").mkdir()
+    run = tune_cmd.Run(t, tmp_path)
+    run.settle([0, 2], "a tie")
+    requests = tune_cmd.SETTLE * t.sweep.bench.num_runs
+    if interleaved_rounds:
+        assert calls == [("interleaved", interleaved_rounds, requests, ["baseline", "steps=2"])]
+    else:
+        assert calls == [("launch", 1, requests, ["baseline"]), ("launch", 1, requests, ["steps=2"])]
+    assert [la.steps for la in run.launches] == [0, 2] and {r.label for r in run.results} == {"baseline", "steps=2"}
+    assert all((tmp_path / "results" / f"{label}.json").exists() for label in ("baseline", "steps=2"))
