@@ -11,11 +11,11 @@ steps + 1). The baseline is launched once (or given: --baseline-tps, --baseline-
 next; then after each launch the advisor, fitted to everything this run measured, predicts every step count at
 every load, and tune launches the one with the highest predicted gain whose interval reaches above the best
 measured, until nothing is predicted to beat it or --max-launches speculative launches are spent; a pick that
-won only a tie is measured again against its rival, with --targets at one stream in rounds alternating between the
-two servers. Each
-configuration is saved in OUT/results/ as it finishes: a rerun with the same --out resumes without launching
-it again. A launch that fails is reported with its output's tail and the run goes on without it; Ctrl-C or
-SIGTERM stops the current server's process group and keeps what was measured. OUT/tune.json holds the run.
+won only a tie is measured again against its rival (with --targets at one stream, in rounds alternating between
+the two servers). Each configuration is saved in OUT/results/ as it finishes: a rerun with the same --out resumes
+without launching it again. A launch that fails is reported with its output's tail and the run goes on without
+it; Ctrl-C or SIGTERM stops the current server's process group and keeps what was measured. OUT/tune.json holds
+the run.
 """
 
 from __future__ import annotations
