@@ -117,8 +117,9 @@ def cell(sim, profile: str, n: int) -> tuple[dict, dict, str]:
 def disturbance(served_batches: int, explained_batches: int, stalled: dict[str, float]) -> str:
     """What the host did to a served run that the oracle's run of the stated pattern cannot show, or "": the
     engine batched the arrivals in another number of prefills (the client paused within a wave: one run here
-    waited 130 ms between two of a 64-stream wave's sends, and the wave's second prefill then stalled 16 decoding
-    requests, -1.95% on decode), or the engine's schedule fell too far behind to catch up (``/truth``'s ``pacer``)."""
+    waited 130 ms between two of a 64-stream wave's sends, the wave was prefilled as 1, 16 and 47 requests, and
+    the last prefill stalled the 17 already decoding: -1.95% on decode), or the engine's schedule fell too far
+    behind to catch up (``/truth``'s ``pacer``)."""
     why = []
     if served_batches != explained_batches:
         why.append(f"the served engine prefilled its steady window in {served_batches} batches, the oracle's run in "
