@@ -154,8 +154,9 @@ class CannedRun:
         self.results = [r for r in self.results if r.label != res.label] + [res]
 
     def settle(self, steps: list[int], why: str) -> None:
+        from specwatch.commands import tune as tune_cmd
         for s in steps:
-            self.measure(s, why, repeat=3)
+            self.measure(s, why, repeat=tune_cmd.SETTLE)
 
     @property
     def speculative(self) -> int:

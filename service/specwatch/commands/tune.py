@@ -142,7 +142,7 @@ class Run:
         """Launch (or resume) step count ``s`` and measure it; ``repeat`` > 1: again, with that many times the
         requests, in place of its earlier measurement (a tie to settle)."""
         step = self.t.step(s)
-        saved = self.out / "results" / f"{safe(step[0])}.json"
+        saved = self.saved(s)
         t0, wall = time.monotonic(), 0.0
         if saved.exists() and repeat == 1:
             print(f"\n=== {step[0]} === (measured earlier, resumed)", flush=True)
@@ -160,8 +160,8 @@ class Run:
         at one stream, in rounds alternating between the two (``interleaved``): a drift of the machine then falls
         on both within a round and cancels in the comparison, paired by round. Else one launch each, back to back."""
         sw = self.t.sweep
-        rounds = min(SETTLE_ROUNDS, sw.bench.num_runs * SETTLE)
-        if not sw.targets or sw.levels != [1] or rounds < 2:
+        rounds = min(SETTLE_ROUNDS, sw.bench.num_runs * SETTLE)  # at least SETTLE: one request a round
+        if not sw.targets or sw.levels != [1]:
             for s in steps:
                 self.measure(s, why, repeat=SETTLE)
             return
@@ -180,8 +180,12 @@ class Run:
         if res.ok and res.steps != s:
             res = dataclasses.replace(res, steps=s, draft_tokens=s + 1 if s else 1)
         if res.ok:
-            save(self.out / "results" / f"{safe(self.t.step(s)[0])}.json", res)
+            save(self.saved(s), res)
         return res
+
+    def saved(self, s: int) -> Path:
+        """Where step count ``s``'s result is kept for a rerun to resume."""
+        return self.out / "results" / f"{safe(self.t.step(s)[0])}.json"
 
     def _keep(self, s: int, res: ConfigResult, why: str, nxt: tune_plan.Next | None, wall: float) -> None:
         if res.ok:

@@ -27,7 +27,7 @@ class Steady:
     aggregate_tokens_per_second: float  # every token the engine produced in the window, per second
     ttft_ms: float  # mean, arrival to first token
     accept_length: float | None  # tokens per verify round, pooled over the steady set (None without speculation)
-    prefill_batches: int = 0  # prefills that ended in the window: how the engine batched the pattern's arrivals
+    prefill_batches: int  # prefills that ended in the window: how the engine batched the pattern's arrivals
 
 
 def steady_set(requests: Sequence[dict[str, Any]], warmup: int, streams: int | None) -> list[dict[str, Any]]:
