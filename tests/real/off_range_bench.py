@@ -12,12 +12,9 @@ import json
 import math
 import os
 import statistics
-import subprocess
 from pathlib import Path
 
-from realserver import pinned
-
-from conftest import specwatch_cmd
+import bench_client
 
 ROUNDS = int(os.environ.get("OFF_RANGE_ROUNDS", "4"))
 T975 = {3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201}  # by n - 1
@@ -28,10 +25,9 @@ def decode_rate(url: str, streams: int, tmp: Path) -> float:
     least 4 requests (at 128 tokens and 2 requests a bench at one stream lasted well under a second, and rounds
     of one run ranged from -8% to +175% on a shared machine)."""
     out = tmp / f"b-{streams}.json"
-    p = subprocess.run(pinned(specwatch_cmd("bench", "--server-url", url, "--concurrency", str(streams),
-                                            "--num-runs", str(max(4, 2 * streams)), "--warmup", "0",
-                                            "--max-tokens", "256", "--temperature", "0", "--json", str(out))),
-                       capture_output=True, text=True, timeout=300)
+    p = bench_client.run(["bench", "--server-url", url, "--concurrency", str(streams), "--num-runs",
+                          str(max(4, 2 * streams)), "--warmup", "0", "--max-tokens", "256", "--temperature", "0",
+                          "--json", str(out)], timeout_s=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return float(json.loads(out.read_text())["results"]["decode_tokens_per_second"])
 

@@ -13,19 +13,20 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import free_port, http_get, specwatch_cmd
+from conftest import free_port, http_get
 from specwatch import codec
 from specwatch.records import RequestRecord
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import bench_client  # noqa: E402
 import vllm_env  # noqa: E402
 
 START_TIMEOUT_S = 300.0
@@ -57,17 +58,30 @@ class RealServer:
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait()
-        with contextlib.suppress(ProcessLookupError):  # workers left behind
-            os.killpg(self.popen.pid, signal.SIGKILL)
+        stop_together([self])
+
+    def _signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+
+
+def stop_together(servers: Iterable[RealServer], timeout_s: float = 30.0) -> None:
+    """Every server asked to stop at once (SIGTERM to its process group), then each waited for until
+    ``timeout_s`` after the ask and killed if still up; workers left behind are killed. A vLLM and an SGLang
+    server each took 1.5 s to stop here: one after the other, the tier's groups of two to six waited that long
+    for each."""
+    servers = list(servers)
+    for s in servers:
+        if s.popen.poll() is None:
+            s._signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for s in servers:
+        try:
+            s.popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            s._signal(signal.SIGKILL)
+            s.popen.wait()
+        s._signal(signal.SIGKILL)  # workers left behind
 
 
 def pinned(cmd: list[str]) -> list[str]:
@@ -142,8 +156,7 @@ def start_side_by_side(tmp: Path, servers: dict[str, tuple[str, ...]]) -> dict[s
         for name, s in up.items():
             wait_ready(s, name, t0)
     except BaseException:
-        for s in up.values():
-            s.stop()
+        stop_together(up.values())
         raise
     TIMINGS[f"start {'+'.join(servers)} side by side (s)"] = time.monotonic() - t0
     return up
@@ -200,8 +213,7 @@ def real_servers(vllm_installed: dict[str, float], tmp_path_factory: pytest.Temp
         TIMINGS[f"start {len(servers)} side by side (s)"] = time.monotonic() - t0
         yield _SERVERS
     finally:
-        for server in servers.values():
-            server.stop()
+        stop_together(servers.values())
         _SERVERS.clear()
         _LADDER_UP.clear()
 
@@ -221,8 +233,8 @@ def _stop_the_ladder_after_its_tests(request: pytest.FixtureRequest) -> None:
     items = request.session.items
     later = items[items.index(request.node):] if request.node in items else items
     if not any("eagle3_ladder" in getattr(item, "fixturenames", ()) for item in later):
-        for name, server in _LADDER_UP.items():
-            server.stop()
+        stop_together(_LADDER_UP.values())
+        for name in _LADDER_UP:
             _SERVERS.pop(name, None)
         _LADDER_UP.clear()
 
@@ -275,9 +287,8 @@ def heldout_prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bench(url: str, tmp: Path, *flags: str, pin: bool = False) -> tuple[dict, list[RequestRecord]]:
     """``specwatch bench`` greedy against ``url`` (on CPU 1 if ``pin``): its JSON document and its records."""
     out, recs = tmp / "bench.json", tmp / "bench.jsonl"
-    cmd = specwatch_cmd("bench", "--server-url", url, "--temperature", "0", "--json", str(out), "--records", str(recs),
-                        *flags)
-    p = subprocess.run(pinned(cmd) if pin else cmd, capture_output=True, text=True, timeout=300)
+    p = bench_client.run(["bench", "--server-url", url, "--temperature", "0", "--json", str(out), "--records",
+                          str(recs), *flags], timeout_s=300, pin=pin)
     assert p.returncode == 0, p.stdout + p.stderr
     records = [r for r in codec.read(str(recs)) if isinstance(r, RequestRecord)]
     return json.loads(out.read_text()), records

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realserver import COMPARISONS, TIMINGS, RealServer, prepared
+from realserver import COMPARISONS, TIMINGS, RealServer, prepared, stop_together
 
 from conftest import free_port, http_get, http_json
 
@@ -180,8 +180,7 @@ class SGLangServers:
 
 
 def stop_all() -> None:
-    for server in _RUNNING.values():
-        server.stop()
+    stop_together(_RUNNING.values())
     _RUNNING.clear()
 
 
@@ -289,8 +288,7 @@ class PrintedServers:
             self.servers.pop(line).stop()
 
     def stop(self) -> None:
-        for server in self.servers.values():
-            server.stop()
+        stop_together(self.servers.values())
         self.servers.clear()
 
 

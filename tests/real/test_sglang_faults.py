@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from realserver import COMPARISONS
+from realserver import COMPARISONS, stop_together
 from sglangserver import CONFIGS, launch, wait_ready
 
 from conftest import Pinger, free_port, http_get, scrape, specwatch_cmd, wait_until
@@ -62,8 +62,7 @@ def keyed(sglang, tmp_path_factory):
 
     start()
     yield servers, start
-    for s in servers:
-        s.stop()
+    stop_together(servers)
 
 
 def test_a_wrong_api_key_stops_bench_and_the_daemon_at_start(keyed, tmp_path):

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from realserver import COMPARISONS, TIMINGS, bench, pinned
+from realserver import COMPARISONS, TIMINGS, bench, pinned, stop_together
 from sglangserver import launch, pinned_servers, wait_ready
 
 from conftest import specwatch_cmd
@@ -82,8 +82,7 @@ def test_tune_climbs_ngram_draft_tokens_to_the_sweeps_best(sglang, tmp_path):
             truth, se = interleaved(urls, tmp_path, common)
             TIMINGS["sglang tune's truth, 4 servers interleaved (s)"] = time.monotonic() - t0
     finally:
-        for server in extra.values():
-            server.stop()
+        stop_together(extra.values())
     doc = json.loads((tmp_path / "tune" / "tune.json").read_text())
     chosen, best = doc["best"]["1"]["steps"], max(truth, key=truth.__getitem__)
     COMPARISONS.extend([

@@ -33,8 +33,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import bench_client
 import pytest
-from realserver import COMPARISONS, TIMINGS, RealServer, pinned, start_side_by_side
+from realserver import COMPARISONS, TIMINGS, RealServer, pinned, start_side_by_side, stop_together
 from serve_vllm import speculative_config
 from vllm_truth import metrics
 
@@ -56,10 +57,9 @@ def head_config(k: int) -> tuple[str, ...]:
 
 def decode_tps(url: str, temperature: float, prompts: Path, tmp: Path) -> float:
     out = tmp / f"bench-{free_port()}.json"
-    p = subprocess.run(pinned(specwatch_cmd(
+    p = bench_client.run([
         "bench", "--server-url", url, "--temperature", str(temperature), "--max-tokens", str(MAX_TOKENS),
-        "--num-runs", str(RUNS), "--warmup", "1", "--prompts", str(prompts), "--json", str(out))),
-        capture_output=True, text=True, timeout=300)
+        "--num-runs", str(RUNS), "--warmup", "1", "--prompts", str(prompts), "--json", str(out)], timeout_s=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return float(json.loads(out.read_text())["results"]["decode_tokens_per_second"])
 
@@ -249,8 +249,7 @@ def test_the_live_advisor_predicts_step_counts_it_never_ran_and_its_flags_run_th
                           - b0.get("vllm:spec_decode_num_draft_tokens_total", 0))
                 assert drafts > 0 and tokens / drafts == pytest.approx(one["best_steps"]), (drafts, tokens)
     finally:
-        for s in up.values():
-            s.stop()
+        stop_together(up.values())
 
 
 def test_tune_picks_the_best_of_a_sweep_over_the_same_range_in_three_launches(plain_server, eagle3_ladder,

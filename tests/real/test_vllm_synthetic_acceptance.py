@@ -45,10 +45,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import bench_client
 import pytest
 import vllm_env
 import vllm_synthetic
-from realserver import COMPARISONS, TIMINGS, RealServer, pinned, start_side_by_side, t99
+from realserver import COMPARISONS, TIMINGS, RealServer, pinned, start_side_by_side, stop_together, t99
 from serve_vllm import speculative_config
 from vllm_truth import metrics, spec_lines
 
@@ -94,8 +95,7 @@ def forced(vllm_installed, tmp_path_factory) -> Iterator[dict[int, RealServer]]:
     try:
         yield {k: up[f"vllm-forced-k{k}"] for k in SERVED}
     finally:
-        for s in up.values():
-            s.stop()
+        stop_together(up.values())
 
 
 def test_the_patch_is_in_once_and_refuses_code_it_was_not_written_for(vllm_installed):
@@ -163,8 +163,8 @@ def fmt(xs) -> str:
 
 def bench(url: str, tmp: Path, *flags: str) -> tuple[dict, Path]:
     out = tmp / f"bench-{free_port()}.json"
-    p = subprocess.run(pinned(specwatch_cmd("bench", "--server-url", url, "--temperature", "0", "--json", str(out),
-                                            *flags)), capture_output=True, text=True, timeout=600)
+    p = bench_client.run(["bench", "--server-url", url, "--temperature", "0", "--json", str(out), *flags],
+                         timeout_s=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return json.loads(out.read_text()), out
 
