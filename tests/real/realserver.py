@@ -30,6 +30,7 @@ import bench_client  # noqa: E402
 import vllm_env  # noqa: E402
 
 START_TIMEOUT_S = 300.0
+SLOW_STOP_S = 5.0  # a stop that took longer is in the summary's timings (a server stops in about 1.5 s)
 TIMINGS: dict[str, float] = {}  # printed at the end of the run
 COMPARISONS: list[str] = []  # specwatch vs the server's own numbers, printed at the end
 # Student's t, two-sided 99%, by degrees of freedom: a mean over n rounds is within t99(n) standard errors of the
@@ -74,14 +75,16 @@ def stop_together(servers: Iterable[RealServer], timeout_s: float = 30.0) -> Non
     for s in servers:
         if s.popen.poll() is None:
             s._signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
+    asked = time.monotonic()
     for s in servers:
         try:
-            s.popen.wait(max(0.0, deadline - time.monotonic()))
+            s.popen.wait(max(0.0, asked + timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             s._signal(signal.SIGKILL)
             s.popen.wait()
         s._signal(signal.SIGKILL)  # workers left behind
+        if time.monotonic() - asked > SLOW_STOP_S:
+            TIMINGS[f"slow stop: {s.log.stem} (s)"] = time.monotonic() - asked
 
 
 def pinned(cmd: list[str]) -> list[str]:
