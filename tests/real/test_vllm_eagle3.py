@@ -33,7 +33,6 @@ def test_a_head_whose_aux_ids_do_not_fit_passes_health_and_fails_the_smoke_check
     try:
         with pytest.raises(pytest.fail.Exception, match="answered /health but its first request failed"):
             wait_ready(server, "vllm-eagle3-bad-aux", t0)  # its /health is 200: only the request tells
-        refused = time.monotonic() - t0  # 22 s alone here; 22-48 s in the tier, where it runs beside six idle servers
         # two aux states (512 wide) reach an fc that expects three (768): the engine dies on the request. vLLM
         # 0.32 words it by the path the first request takes: a matmul's shapes, or a reshape of n tokens x 512
         out = server.output()
@@ -42,8 +41,7 @@ def test_a_head_whose_aux_ids_do_not_fit_passes_health_and_fails_the_smoke_check
             reshaped and int(reshaped[1]) % 512 == 0 and int(reshaped[1]) % 768 != 0), out[-3000:]
     finally:
         server.stop()
-    TIMINGS["EAGLE-3 head with wrong aux ids, start to refusal (s)"] = refused
-    TIMINGS["EAGLE-3 head with wrong aux ids, refusal and stop (s)"] = time.monotonic() - t0
+    TIMINGS["EAGLE-3 head with wrong aux ids, start to refusal (s)"] = time.monotonic() - t0
 
 
 def test_the_seeds_story_replayed_on_real_eagle3(eagle3_ladder, plain_server, heldout_prompts, tmp_path):
