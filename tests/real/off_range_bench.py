@@ -14,6 +14,8 @@ import os
 import statistics
 from pathlib import Path
 
+from realserver import pinned
+
 import bench_client
 
 ROUNDS = int(os.environ.get("OFF_RANGE_ROUNDS", "4"))
@@ -27,7 +29,7 @@ def decode_rate(url: str, streams: int, tmp: Path) -> float:
     out = tmp / f"b-{streams}.json"
     p = bench_client.run(["bench", "--server-url", url, "--concurrency", str(streams), "--num-runs",
                           str(max(4, 2 * streams)), "--warmup", "0", "--max-tokens", "256", "--temperature", "0",
-                          "--json", str(out)], timeout_s=300)
+                          "--json", str(out)], timeout_s=300, placement=pinned([]))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return float(json.loads(out.read_text())["results"]["decode_tokens_per_second"])
 

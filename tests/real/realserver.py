@@ -26,8 +26,9 @@ from specwatch.records import RequestRecord
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import bench_client  # noqa: E402
 import vllm_env  # noqa: E402
+
+import bench_client  # noqa: E402
 
 START_TIMEOUT_S = 300.0
 SLOW_STOP_S = 5.0  # a stop that took longer is in the summary's timings (a server stops in about 1.5 s)
@@ -291,7 +292,8 @@ def bench(url: str, tmp: Path, *flags: str, pin: bool = False) -> tuple[dict, li
     """``specwatch bench`` greedy against ``url`` (on CPU 1 if ``pin``): its JSON document and its records."""
     out, recs = tmp / "bench.json", tmp / "bench.jsonl"
     p = bench_client.run(["bench", "--server-url", url, "--temperature", "0", "--json", str(out), "--records",
-                          str(recs), *flags], timeout_s=300, pin=pin)
+                          str(recs), *flags], timeout_s=300,
+                         placement=pinned([]) if pin else [])
     assert p.returncode == 0, p.stdout + p.stderr
     records = [r for r in codec.read(str(recs)) if isinstance(r, RequestRecord)]
     return json.loads(out.read_text()), records

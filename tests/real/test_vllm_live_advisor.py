@@ -33,12 +33,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import bench_client
 import pytest
 from realserver import COMPARISONS, TIMINGS, RealServer, pinned, start_side_by_side, stop_together
 from serve_vllm import speculative_config
 from vllm_truth import metrics
 
+import bench_client
 from conftest import free_port, http_json, specwatch_cmd, wait_until
 
 pytestmark = pytest.mark.integration
@@ -59,7 +59,8 @@ def decode_tps(url: str, temperature: float, prompts: Path, tmp: Path) -> float:
     out = tmp / f"bench-{free_port()}.json"
     p = bench_client.run([
         "bench", "--server-url", url, "--temperature", str(temperature), "--max-tokens", str(MAX_TOKENS),
-        "--num-runs", str(RUNS), "--warmup", "1", "--prompts", str(prompts), "--json", str(out)], timeout_s=300)
+        "--num-runs", str(RUNS), "--warmup", "1", "--prompts", str(prompts), "--json", str(out)], timeout_s=300,
+        placement=pinned([]))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return float(json.loads(out.read_text())["results"]["decode_tokens_per_second"])
 

@@ -45,7 +45,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import bench_client
 import pytest
 import vllm_env
 import vllm_synthetic
@@ -53,6 +52,7 @@ from realserver import COMPARISONS, TIMINGS, RealServer, pinned, start_side_by_s
 from serve_vllm import speculative_config
 from vllm_truth import metrics, spec_lines
 
+import bench_client
 from conftest import free_port, http_json, specwatch_cmd, wait_until
 from specwatch.trial import log_size, log_stats
 
@@ -164,7 +164,7 @@ def fmt(xs) -> str:
 def bench(url: str, tmp: Path, *flags: str) -> tuple[dict, Path]:
     out = tmp / f"bench-{free_port()}.json"
     p = bench_client.run(["bench", "--server-url", url, "--temperature", "0", "--json", str(out), *flags],
-                         timeout_s=600)
+                         timeout_s=600, placement=pinned([]))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     return json.loads(out.read_text()), out
 
