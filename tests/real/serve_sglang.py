@@ -9,9 +9,11 @@ started the server; everything after is SGLang's own output (SGLang logs to stde
 
 It adds only what is about the model, the address and this machine: the tier's tiny model, 127.0.0.1 and
 the port, the CPU engine and device, no CUDA/CPU graphs, a fixed KV pool (SGLang would size it from the
-whole machine's memory), one OpenMP thread, ``--sleep-on-idle`` (an idle CPU scheduler otherwise busy-polls a core),
-``--enable-metrics`` and the decode log interval; the environment of ``sglang_env.environment()`` (offline,
-caches inside the tier's cache, the stand-ins of ``sglang_cpu/`` first on ``PYTHONPATH``). The speculative
+whole machine's memory), a smaller NGRAM cache (``NGRAM_CAPACITY``; every server is given it, NGRAM or not,
+so a printed NGRAM line needs nothing added), one OpenMP thread, ``--sleep-on-idle`` (an idle CPU scheduler
+otherwise busy-polls a core), ``--enable-metrics`` and the decode log interval; the environment of
+``sglang_env.environment()`` (offline, caches inside the tier's cache, the stand-ins of ``sglang_cpu/`` first on
+``PYTHONPATH``). The speculative
 flags come only from ``--algorithm``/``--draft-tokens``/``--steps``/``--topk`` or from the raw extras: the
 flags specwatch prints (``--speculative-algorithm EAGLE3 --speculative-eagle-topk 1 ...``,
 ``--speculative-adaptive --speculative-adaptive-config FILE``) are pasted after ``--`` unchanged. An EAGLE
@@ -39,6 +41,11 @@ import sglang_env
 
 MODEL_NAME = "tiny-llama"
 STOP_GRACE_S = 20.0
+# NGRAM's trie is allocated whole at start: SGLang's default of 10 million nodes is about 1.5 GB zeroed, and
+# two servers zeroing theirs at once took 13-15 s of system time each here (42 s for the pair to start; 30 s
+# at 2 million, 2 s each). 2 million nodes is about 400 MB; the tier's busiest NGRAM server serves some tens
+# of thousands of tokens, at most 18 nodes each (--speculative-ngram-max-trie-depth)
+NGRAM_CAPACITY = 2_000_000
 
 
 def speculative_flags(algorithm: str, draft_tokens: int | None, steps: int | None, topk: int | None) -> list[str]:
@@ -74,8 +81,8 @@ def command(port: int, spec: list[str], extra: list[str], log_interval: int = 10
            "--served-model-name", MODEL_NAME, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
            "--dtype", "bfloat16", "--context-length", "2048", "--cuda-graph-backend-decode", "disabled",
            "--cuda-graph-backend-prefill", "disabled", "--mem-fraction-static", "0.3", "--max-total-tokens",
-           "131072", "--max-running-requests", "64", "--sleep-on-idle", "--enable-metrics",
-           "--decode-log-interval", str(log_interval), *spec, *extra]
+           "131072", "--max-running-requests", "64", "--speculative-ngram-capacity", str(NGRAM_CAPACITY),
+           "--sleep-on-idle", "--enable-metrics", "--decode-log-interval", str(log_interval), *spec, *extra]
     algorithm = (_value(cmd, "--speculative-algorithm") or "").upper()
     if algorithm in ("EAGLE", "EAGLE3") and _value(cmd, "--speculative-draft-model-path") is None:
         cmd += ["--speculative-draft-model-path", str(sglang_env.head_dir())]

@@ -27,6 +27,8 @@ KNOWN = {
     "VLLM_LOG_STATS_INTERVAL": ("vLLM", "all V1", "envs.py; seconds between stats lines, default 10"),
     "VLLM_USE_V2_MODEL_RUNNER": ("vLLM", ">= 0.24.0", "envs.py; keeps full CUDA graphs under a schedule"),
     "--max-num-seqs": ("vLLM", "all", "engine/arg_utils.py; the batch cap"),
+    "--kv-cache-memory-bytes": ("vLLM", "0.32.0", "v1/worker/cpu_worker.py:215 on CPU; VLLM_CPU_KVCACHE_SPACE, when "
+                                "set, overrides it (platforms/cpu.py:324)"),
     "--per-request-spec-decode-metrics": ("vLLM", ">= 0.32.0", "engine/arg_utils.py; none|summary|detailed"),
     "--disable-log-stats": ("vLLM", "all", "engine/arg_utils.py"),
     "speculative_disable_by_batch_size": ("vLLM", "V0 only (gone)", "named only as refused / gone"),
@@ -43,6 +45,8 @@ KNOWN = {
     "--speculative-draft-model": ("SGLang", ">= 0.5.2", "arg_groups/fields/spec.py:40 (0.5.23); an alias of "
                                   "--speculative-draft-model-path"),
     "--speculative-ngram-min-bfs-breadth": ("SGLang", "0.5.x", "arg_groups/fields/spec.py:252 (0.5.23); NGRAM"),
+    "--speculative-ngram-capacity": ("SGLang", "0.5.x", "arg_groups/fields/spec.py:268 (0.5.23); NGRAM's trie, "
+                                     "10 million nodes by default, allocated at start (ngram_worker.py:118)"),
     "--cuda-graph-bs-prefill": ("SGLang", ">= 0.5.14", "arg_groups/fields/exec_.py:644 (0.5.23); the prefill "
                                 "CUDA-graph batch sizes"),
     "--speculative-adaptive": ("SGLang", ">= 0.5.11", "adaptive_spec_params.py; EAGLE/EAGLE3, topk 1"),
