@@ -4,9 +4,9 @@ foreground until SIGTERM. Used by the tier's fixture and as ``sweep --launch``'s
     python tests/real/serve_vllm.py --port 8000 [--k 3] [--method ngram|eagle3] [-- extra vllm serve flags]
 
 What it does beyond ``vllm serve``: preloads tcmalloc and Intel OpenMP (vLLM warns of a large loss without
-them), fixes the KV cache at 1 GiB and the memory share low (other processes run beside it), turns off
-torch.compile (``--enforce-eager``: the tiny model's compute is not what we measure, and it saves ~25 s per
-start), keeps every cache and temporary file inside the tier's cache directory, and, once ``/health``
+them), fixes the KV cache at 256 MiB (``KV_CACHE_BYTES``) and the memory share low (other processes run beside
+it), turns off torch.compile (``--enforce-eager``: the tiny model's compute is not what we measure, and it saves
+~25 s per start), keeps every cache and temporary file inside the tier's cache directory, and, once ``/health``
 answers, pins every EngineCore thread to the Worker's CPU: left unpinned, the EngineCore's busy-wait shares
 the other core with the API server and the client and streams arrive in bursts.
 
@@ -37,6 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vllm_env
 
 MODEL_NAME = "tiny-llama"
+# vLLM zeroes its KV cache at start: 1 GiB (VLLM_CPU_KVCACHE_SPACE's least) cost four servers starting side by
+# side 12-14 s of system time each here, 75 s for the four; at 256 MiB 4-7 s, 60 s. 256 MiB holds 174,720 tokens
+# with the EAGLE-3 head's layer (262,144 without): more than --max-num-seqs x --max-model-len (131,072) can use
+KV_CACHE_BYTES = 256 * 2**20
 LAST_CPU = (os.cpu_count() or 1) - 1  # the frontend's, which vLLM's automatic binding keeps off the Worker
 
 
@@ -51,7 +55,8 @@ def speculative_config(k: int, method: str = "ngram") -> dict[str, object]:
 def command(port: int, k: int | None, extra: list[str], method: str = "ngram") -> list[str]:
     cmd = [str(vllm_env.python()), str(vllm_env.shim()), "serve", str(vllm_env.model_dir()), "--host", "127.0.0.1",
            "--port", str(port), "--served-model-name", MODEL_NAME, "--max-model-len", "2048",
-           "--gpu-memory-utilization", "0.3", "--enforce-eager", "--max-num-seqs", "64"]
+           "--gpu-memory-utilization", "0.3", "--enforce-eager", "--max-num-seqs", "64", "--kv-cache-memory-bytes",
+           str(KV_CACHE_BYTES)]
     if k:
         cmd += ["--speculative-config", json.dumps(speculative_config(k, method)), "--per-request-spec-decode-metrics",
                 "summary"]  # metrics.speculative_decoding on every response: specwatch reads it
@@ -65,8 +70,10 @@ def environment(stats_interval_s: float) -> dict[str, str]:
     tcmalloc = ctypes.util.find_library("tcmalloc_minimal")
     iomp = vllm_env.venv_dir() / "lib" / "libiomp5.so"
     preload = [*([tcmalloc] if tcmalloc else []), *([str(iomp)] if iomp.exists() else [])]
-    return {**os.environ, "LD_PRELOAD": ":".join(preload), "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_LOG_STATS_INTERVAL": str(stats_interval_s), "VLLM_CACHE_ROOT": str(cache / "vllm-cache"),
+    # the KV cache's size is the flag's (``command``): vLLM lets this legacy variable override it
+    inherited = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
+    return {**inherited, "LD_PRELOAD": ":".join(preload), "VLLM_LOG_STATS_INTERVAL": str(stats_interval_s),
+            "VLLM_CACHE_ROOT": str(cache / "vllm-cache"),
             "TMPDIR": str(tmp), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
 
