@@ -299,6 +299,22 @@ def bench(url: str, tmp: Path, *flags: str, pin: bool = False) -> tuple[dict, li
     return json.loads(out.read_text()), records
 
 
+HALVES: dict[str, float] = {}  # wall time of each engine's tests, their fixtures' setup and teardown included
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each engine's share of the tier's time (its servers' starts are in its tests' setup)."""
+    t0 = time.monotonic()
+    yield
+    name = item.path.name if item.path.resolve().parent == HERE else ""  # the tier's own modules (tests/real/)
+    half = "SGLang" if name.startswith("test_sglang") else "vLLM" if name.startswith("test_vllm") else ""
+    if half:
+        HALVES[half] = HALVES.get(half, 0.0) + time.monotonic() - t0
+
+
 def summary_lines() -> list[str]:
     """For the root conftest's terminal summary."""
-    return [f"{name:32s} {value:8.1f}" for name, value in TIMINGS.items()] + COMPARISONS
+    halves = [f"{half} tests, wall (s)" for half in HALVES]
+    return ([f"{name:32s} {value:8.1f}" for name, value in TIMINGS.items()] + COMPARISONS
+            + [f"{name:32s} {HALVES[name.split()[0]]:8.1f}" for name in halves])
