@@ -29,6 +29,8 @@ KNOWN = {
     "--max-num-seqs": ("vLLM", "all", "engine/arg_utils.py; the batch cap"),
     "--kv-cache-memory-bytes": ("vLLM", "0.32.0", "v1/worker/cpu_worker.py:215 on CPU; VLLM_CPU_KVCACHE_SPACE, when "
                                 "set, overrides it (platforms/cpu.py:324)"),
+    "VLLM_CPU_KVCACHE_SPACE": ("vLLM", "0.32.0", "envs.py:887; whole GiB, the KV cache on CPU; overrides "
+                               "--kv-cache-memory-bytes (platforms/cpu.py:324)"),
     "--per-request-spec-decode-metrics": ("vLLM", ">= 0.32.0", "engine/arg_utils.py; none|summary|detailed"),
     "--disable-log-stats": ("vLLM", "all", "engine/arg_utils.py"),
     "speculative_disable_by_batch_size": ("vLLM", "V0 only (gone)", "named only as refused / gone"),
