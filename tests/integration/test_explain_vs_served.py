@@ -5,10 +5,9 @@ through the same steady-state rule (``sim.steady``). Profiles seed, mixed and fa
 load the same from either side.
 
 Each load runs at a ``--cost-scale`` that keeps a round at least 0.5 ms per running request and 4 ms at least,
-so that the served engine keeps its own pace on two cores; the simulator and the client (one long-lived
-``specwatch`` for every cell: ``bench_client``) are pinned to cores of their own. At one stream the engine idles
-between requests, so the event loop's overshoot on each request's last round (0.1-0.4 ms here) stays in that
-request: 4 ms rounds keep it under 0.25%. At 4 streams 2 ms rounds were
+so that the served engine keeps its own pace on two cores; the simulator and the client are pinned to cores of
+their own. At one stream the engine idles between requests, so the event loop's overshoot on each request's last
+round (0.1-0.4 ms here) stays in that request: 4 ms rounds keep it under 0.25%. At 4 streams 2 ms rounds were
 within 0.5% on a quiet machine, but a clean-clone CI run read mixed at 2 steps 1.25% slower served than
 explained there (decode 770.4 against 780.1 tok/s): the machine's lateness weighs twice as much in a round half
 as long. ``/explain`` is
@@ -35,11 +34,11 @@ import bisect
 import itertools
 import os
 import statistics
+import subprocess
 
 import pytest
 
-import bench_client
-from conftest import Procs, http_json
+from conftest import Procs, http_json, specwatch_cmd
 from specwatch.analysis.by_load import crossover
 from specwatch.sim import model
 from specwatch.sim.steady import steady
@@ -98,9 +97,10 @@ def cell(sim, profile: str, n: int) -> tuple[dict, dict, str]:
     http_json(sim.control + "/control", {"profile": profile, "cost_scale": cost_scale(profile, n), "seed": SEED})
     before = http_json(sim.control + "/truth")
     seen = {r["rid"] for r in before["requests"]}
-    p = bench_client.run(["bench", "--server-url", sim.url, "--concurrency", str(n), "--num-runs",
-                          str(requests_at(n)), "--warmup", "1", "--max-tokens", str(OUTPUT)], timeout_s=300,
-                         placement=cores()[1])
+    p = subprocess.run([*cores()[1], *specwatch_cmd("bench", "--server-url", sim.url, "--concurrency", str(n),
+                                                    "--num-runs", str(requests_at(n)), "--warmup", "1",
+                                                    "--max-tokens", str(OUTPUT))],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     truth = http_json(sim.control + "/truth")
     mine = [r for r in truth["requests"] if r["rid"] not in seen]
