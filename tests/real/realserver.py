@@ -315,6 +315,5 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def summary_lines() -> list[str]:
     """For the root conftest's terminal summary."""
-    halves = [f"{half} tests, wall (s)" for half in HALVES]
     return ([f"{name:32s} {value:8.1f}" for name, value in TIMINGS.items()] + COMPARISONS
-            + [f"{name:32s} {HALVES[name.split()[0]]:8.1f}" for name in halves])
+            + [f"{half + ' tests, wall (s)':32s} {took:8.1f}" for half, took in HALVES.items()])
