@@ -11,27 +11,25 @@ round (0.1-0.4 ms here) stays in that request: 4 ms rounds keep it under 0.25%. 
 within 0.5% on a quiet machine, but a clean-clone CI run read mixed at 2 steps 1.25% slower served than
 explained there (decode 770.4 against 780.1 tok/s): the machine's lateness weighs twice as much in a round half
 as long. ``/explain`` is
-told the client's pace as the served engine saw it (``send_ms``: the mean delay of an arrival after what freed
-its stream; 0.1-1.0 ms here), the one part of the pattern that is the machine's. Each cell reseeds the simulator
-(``/control``): a request's acceptance draws follow its prompt and how often that prompt was asked
-(``sim.draws``), so the served run and the virtual one draw alike whatever order the streams' first requests
-arrive in.
+told the client's pace as the served engine saw it (``sends_ms``: each send's delay after the later of the send
+before it and the end that freed its stream, read from ``/truth`` by ``pattern.sends_seen``), the one part of the
+pattern that is the machine's. Each cell reseeds the simulator (``/control``): a request's acceptance draws follow
+its prompt and how often that prompt was asked (``sim.draws``), so the served run and the virtual one draw alike
+whatever order the streams' first requests arrive in.
 
-``send_ms`` is a mean, and the oracle's client sends evenly at it; the real client now and then pauses within
-a closed loop's wave. One run here waited 130 ms between two sends of a 64-stream wave: the served engine
+The pace was a mean (``send_ms``), at which the oracle's client sent evenly; the real client is uneven within a
+closed loop's wave. One run here waited 130 ms between two sends of a 64-stream wave: the served engine
 prefilled the wave in three batches, the later ones stalling the requests already decoding, and plain decoding's
-decode figure read 1.95% below the oracle's. Pauses forced on the client (SIGSTOP) missed the other way, -3.7%:
-the mean they inflated spread the oracle's even sends past its first prefill, and the oracle split a wave the
-served engine had not. Two clean-clone CI runs missed this cell, 0 steps at 64 streams, by +1.54% and -2.31%.
-Either way the served run batched its arrivals in another number of prefills than the oracle's run of the stated
-pattern, and both steady states count them (``prefill_batches``). A cell that misses is measured again, at
-most twice, only while its served run was so disturbed (or its engine lost time to a host stall: ``/truth``'s
-``pacer``); each such measurement is in the table; a miss with the oracle's batching fails at once."""
+decode figure read 1.95% below the oracle's. Clean-clone CI runs missed that cell, 0 steps at 64 streams, by
++1.54% and -2.31%, and once (fast) three times in a row (+1.21% to +1.66%), the served run's steady window
+prefilled in 7 batches and the even sends' in 6. Each send's own delay gives the virtual client the served
+arrivals wherever the ends are. A cell that misses is still measured again, at most twice, only while its served
+run batched its arrivals in another number of prefills than the oracle's run (``prefill_batches``) or its engine
+lost time to a host stall (``/truth``'s ``pacer``); each such measurement is in the table; a miss with the
+oracle's batching fails at once."""
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import os
 import statistics
 import subprocess
@@ -40,7 +38,7 @@ import pytest
 
 from conftest import Procs, http_json, specwatch_cmd
 from specwatch.analysis.by_load import crossover
-from specwatch.sim import model
+from specwatch.sim import model, pattern
 from specwatch.sim.steady import steady
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
@@ -52,7 +50,7 @@ WITHIN = 0.01
 RETRIES = 2  # a disturbed cell that misses is measured again at most this often (``measured``)
 FIGURES = ("tokens_per_second", "decode_tokens_per_second")
 TABLE: list[str] = []
-SENDS: list[float] = []  # each cell's send_ms, their range printed at the module's end
+SENDS: list[float] = []  # each cell's mean send delay, their range printed at the module's end
 
 
 def requests_at(n: int) -> int:
@@ -87,8 +85,8 @@ def sims(tmp_path_factory):
         os.sched_setaffinity(out[steps].popen.pid, cores()[0])
     yield out
     ps.stop_all()
-    print(f"\nthe client's send_ms as the server saw it: {min(SENDS, default=0):.3f}-{max(SENDS, default=0):.3f}"
-          " (the table: in the summary, tests/conftest.py)")
+    print(f"\nthe client's mean send delay (ms) as the server saw it: {min(SENDS, default=0):.3f}-"
+          f"{max(SENDS, default=0):.3f} (the table: in the summary, tests/conftest.py)")
 
 
 def cell(sim, profile: str, n: int) -> tuple[dict, dict, str]:
@@ -108,10 +106,12 @@ def cell(sim, profile: str, n: int) -> tuple[dict, dict, str]:
     prefills = [(r["end_ns"], r["requests"], r["prompt_tokens"]) for r in truth["prefills"]]
     served = steady(mine, rounds, prefills, 1, n)
     assert served is not None, f"{profile} at {n} streams: no steady request"
-    send = send_ms(mine)
-    SENDS.append(send)
+    sends = pattern.sends_seen(mine, n, 1)
+    assert len(sends) == len(mine), f"{profile} at {n} streams: a request without an end"
+    SENDS.append(statistics.fmean(sends[1:]))
     explained = http_json(f"{sim.control}/explain?streams={n}&output_tokens={OUTPUT}&requests={requests_at(n)}"
-                          f"&warmup=1&max_steps=0&send_ms={send:.4f}")["loads"][0]["served"]
+                          f"&warmup=1&max_steps=0&sends_ms={','.join(f'{d:.4f}' for d in sends)}"
+                          )["loads"][0]["served"]
     stalled = {k: truth["pacer"][k] - before["pacer"][k] for k in ("stalls", "lost_ms")}
     return ({f: getattr(served, f) for f in FIGURES}, explained,
             disturbance(served.prefill_batches, explained["prefill_batches"], stalled))
@@ -145,21 +145,6 @@ def measured(sim, profile: str, steps: int, n: int) -> tuple[dict, dict, list[st
                      + ", ".join(f"{f} {100 * e:+.2f}%" for f, e in errs.items()) + f" after {disturbed}")
     return served, explained, [f"{cell_name} {f:<25} {served[f]:9.2f} {explained[f]:9.2f} {100 * errs[f]:+.2f}%"
                                for f in FIGURES]
-
-
-def send_ms(requests: list[dict]) -> float:
-    """The client's pace as the server saw it (``/explain``'s ``send_ms``): the mean of each arrival's delay
-    after the later of the last end before it (the end that freed its stream) and the arrival before it. The
-    mean, not the median: a wave's spread and a stream's idle time are sums of these delays."""
-    reqs = sorted(requests, key=lambda r: r["arrival_ns"])
-    ends = sorted(r["last_token_ns"] for r in reqs if r["last_token_ns"])
-    gaps = []
-    for prev, r in itertools.pairwise(reqs):
-        i = bisect.bisect_right(ends, r["arrival_ns"])
-        if i:
-            gaps.append(r["arrival_ns"] - max(ends[i - 1], prev["arrival_ns"]))
-    assert gaps, "no arrival after an end: too few requests to read the client's pace"
-    return statistics.fmean(gaps) / 1e6
 
 
 @pytest.mark.parametrize("profile", ["seed", "mixed", "fast"])

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 from hypothesis import given
+from hypothesis import settings as settings_
 from hypothesis import strategies as st
 
 from specwatch.probe.schedule import make_pacer
@@ -103,6 +104,47 @@ def test_a_wave_sent_slower_than_a_prefill_splits_and_the_steady_state_counts_it
     assert slow[1].decode_tokens_per_second < quick[1].decode_tokens_per_second * 0.96
 
 
+@settings_(max_examples=12, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 2),
+       st.lists(st.floats(0, 40, allow_nan=False).map(lambda x: round(x, 3)), min_size=30, max_size=30))
+def test_a_closed_loops_sends_read_back_from_its_requests_are_the_ones_it_was_told(streams, warmup, sends):
+    """``sends_seen`` is the virtual client's rule read backwards: a run told each send's delay gives them back
+    from its requests alone, whatever the wave's spread does to the ends (the first send's delay has no
+    reference: 0)."""
+    told = (0.0, *sends[1:])
+    r = virtual.run(settings(0), Pattern(streams=streams, output_tokens=16, requests=30 - warmup, warmup=warmup,
+                                         sends_ms=told))
+    assert pattern.sends_seen(r.requests, streams, warmup) == pytest.approx(told, abs=1e-6)
+
+
+def test_each_send_takes_its_own_delay_and_send_ms_after_the_last():
+    pat = Pattern(send_ms=0.5, sends_ms=(0.0, 3.0, 1.25))
+    assert [pat.send_ns(k) for k in range(5)] == [0, 3_000_000, 1_250_000, 500_000, 500_000]
+    waves = virtual.run(settings(0), Pattern(streams=4, output_tokens=16, requests=4, warmup=0, sends_ms=(0, 0, 90)))
+    arrivals = sorted(q["arrival_ns"] for q in waves.requests)
+    assert arrivals == [0, 0, 90_000_000, 90_200_000]  # the fourth at the default send_ms, 0.2 ms
+
+
+def rq(arrival_ms: float, last_ms: float | None) -> dict:
+    return {"arrival_ns": int(arrival_ms * 1e6), "last_token_ns": None if last_ms is None else int(last_ms * 1e6)}
+
+
+@pytest.mark.parametrize(("requests", "streams", "warmup", "sends"), [
+    # a warm-up ending at 10, a wave of two sent 1 and 2 ms after it, each freeing a send
+    ([rq(0, 10), rq(11, 30), rq(12, 31), rq(33, 50), rq(35, 51)], 2, 1, (0, 1, 1, 3, 2)),
+    # the second end (31) comes before the third send: that send waits on the client (34), not on the end
+    ([rq(0, 10), rq(11, 30), rq(12, 31), rq(32, 50), rq(34, 51)], 2, 1, (0, 1, 1, 2, 2)),
+    # no warm-up: the first wave after the first send
+    ([rq(5, 20), rq(6, 21), rq(22, 40)], 2, 0, (0, 1, 2)),
+    # a measured request lost its end: no send after the first wave can be paired; a warm-up's, none after it
+    ([rq(0, 10), rq(11, None), rq(40, 60)], 1, 1, (0, 1)),
+    ([rq(0, None), rq(11, 20)], 1, 1, (0,)),
+    ([], 4, 1, ()),
+])
+def test_the_sends_a_served_run_shows(requests, streams, warmup, sends):
+    assert pattern.sends_seen(requests, streams, warmup) == pytest.approx(sends)
+
+
 @pytest.mark.parametrize("poisson", [False, True])
 def test_open_loop_arrivals_are_benchs_schedule(poisson):
     pat = Pattern(arrival="poisson" if poisson else "constant", rate_per_s=5.0, output_tokens=32, requests=30,
@@ -153,6 +195,9 @@ def test_in_flight_counts_a_request_that_ends_as_another_arrives_apart():
     ({"prompt_tokens": "x"}, "prompt_tokens: 'x' is not an integer"),
     ({"ignore_eos": "maybe"}, "ignore_eos: must be true or false"),
     ({"send_ms": "-1"}, "send_ms: must be from 0"),
+    ({"sends_ms": "0.5,,1"}, "sends_ms: '' is not a number"),
+    ({"sends_ms": "0.5,1e9"}, "sends_ms: must be from 0"),
+    ({"sends_ms": ",".join(["1"] * (pattern.MAX_SENDS + 1))}, "sends_ms: at most 10000 numbers"),
 ])
 def test_a_bad_pattern_is_refused_with_its_name(query, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
@@ -169,7 +214,8 @@ def test_the_default_pattern_is_what_bench_sends():
 
 
 @given(st.dictionaries(st.sampled_from(["arrival", "rate_per_s", "stagger_ms", "prompt_tokens", "output_tokens",
-                                        "requests", "warmup", "seed", "temperature", "ignore_eos", "send_ms"]),
+                                        "requests", "warmup", "seed", "temperature", "ignore_eos", "send_ms",
+                                        "sends_ms"]),
                        st.text(max_size=12)))
 def test_any_query_parses_or_is_refused_with_a_value_error(query):
     try:

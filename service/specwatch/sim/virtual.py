@@ -100,12 +100,14 @@ async def _drive(settings: EngineSettings, pattern: Pattern, loop: VirtualLoop) 
     prompts = itertools.cycle(pattern.prompt_list())
     counter = itertools.count()
 
-    client_free = [0]  # the client sends one request at a time, each taking ``send_ms``
+    client_free = [0]  # the client sends one request at a time, each taking ``send_ms`` (or its ``sends_ms``)
+    sends = itertools.count()
 
     async def one() -> None:
         """One request, as ``bench`` sends it: the next prompt of the cycle, its tokens as the server counts,
-        arriving ``send_ms`` after the client's previous send or now, whichever is later."""
-        client_free[0] = max(loop.clock(), client_free[0]) + round(pattern.send_ms * 1e6)
+        arriving its send's delay (``Pattern.send_ns``) after the client's previous send or now, whichever is
+        later."""
+        client_free[0] = max(loop.clock(), client_free[0]) + pattern.send_ns(next(sends))
         await asyncio.sleep((client_free[0] - loop.clock()) / 1e9)
         text, tokens = next(prompts)
         req = SimRequest(rid=f"v{next(counter)}", prompt=text, prompt_tokens=tokens,
