@@ -103,13 +103,11 @@ def greedy_truth(plain_server, eagle3_ladder, heldout_prompts, tmp_path_factory)
 
 
 def prior_sweep(urls: list[str], prompts: Path, tmp: Path) -> Path:
-    """The ``--advisor-prior``: ``sweep --targets`` over plain decoding and the prior's step counts, in rounds
-    (``--interleave``): the cost shape is a ratio of step counts, and a drift of the machine between sequential
-    runs falls on it."""
+    """The ``--advisor-prior``: ``sweep --targets`` over plain decoding and the prior's step counts."""
     out = tmp / "prior"
     p = subprocess.run(pinned(specwatch_cmd(
         "sweep", "--targets", ",".join(urls), "--max-tokens", str(MAX_TOKENS), "--num-runs", str(2 * RUNS),
-        "--interleave", "3", "--warmup", "1", "--temperature", "0", "--prompts", str(prompts), "--out", str(out))),
+        "--warmup", "1", "--temperature", "0", "--prompts", str(prompts), "--out", str(out))),
         capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     doc = json.loads((out / "sweep.json").read_text())

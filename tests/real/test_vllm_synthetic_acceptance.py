@@ -15,10 +15,10 @@ plain server. Checked:
   ``Σ(2i-1)a_i - (Σa_i)²``; a figure must lie within ``Z`` = 3.5 standard errors (each check's chance of a
   false failure about 5e-4). vLLM seeds its sampler, so the same prompts draw the same rounds: these figures
   repeat exactly from run to run;
-- the live advisor, watching the 4-step server with a prior swept in rounds over plain decoding, 1 and 4
-  steps, predicts 2 steps (which it never saw): acceptance from the set rates as the server logs them, the
-  cycle from the running server and the prior's cost shape. Against 2 and 4 steps measured interleaved on the
-  same engine (``bench`` on each in turn, the order rotated each round), the prediction's ratio of 2 to 4 steps against
+- the live advisor, watching the 4-step server with a prior swept over plain decoding, 1 and 4 steps, predicts
+  2 steps (which it never saw): acceptance from the set rates as the server logs them, the cycle from the
+  running server and the prior's cost shape. Against 2 and 4 steps measured interleaved on the same engine
+  (``bench`` on each in turn, the order rotated each round), the prediction's ratio of 2 to 4 steps against
   the mean of the rounds' ratios must be within the issue's 5% (``TOLERANCE``) — or within the paired ratio's
   99% interval (Student's t over the rounds, ``realserver.t99``) when that is wider: on two shared cores a
   minute in which another process takes a core (a server of another test starting: one run measured the ratio
@@ -63,10 +63,6 @@ RUNNING, PREDICTED = 4, 2  # the daemon watches 4 steps and predicts 2; the prio
 Z = 3.5  # standard errors a sampled figure may lie from the set value
 TOLERANCE = 0.05  # the issue's, on the prediction relative to the running step count
 ROUNDS, RUNS, MAX_TOKENS = 5, 6, 128
-# the prior's sweep in rounds (``sweep --interleave``): its cost shape is a ratio of step counts, and measured one
-# after another it took the machine's drift between them (a CI run predicted 2 steps 8.9% off a truth certain
-# to 1.5%, where undisturbed runs missed by 1.2-4.3%)
-PRIOR_ROUNDS = 4
 
 
 def forced_config(k: int) -> dict[str, object]:
@@ -200,8 +196,7 @@ def paired_ratio(a: list[float], b: list[float]) -> tuple[float, float]:
 def sweep(urls: list[str], prompts: Path, out: Path) -> dict:
     p = subprocess.run(pinned(specwatch_cmd(
         "sweep", "--targets", ",".join(urls), "--max-tokens", str(MAX_TOKENS), "--num-runs", "16",
-        "--interleave", str(PRIOR_ROUNDS), "--warmup", "1", "--temperature", "0", "--prompts", str(prompts),
-        "--out", str(out))),
+        "--warmup", "1", "--temperature", "0", "--prompts", str(prompts), "--out", str(out))),
         capture_output=True, text=True, timeout=900)
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-2000:]
     return json.loads((out / "sweep.json").read_text())
