@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "real"))
-pytest_plugins = ["realserver", "sglangserver"]  # the real tiers' fixtures (tests/real/)
+pytest_plugins = ["lanes", "realserver", "sglangserver"]  # xdist's lanes; the real tiers' fixtures (tests/real/)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
