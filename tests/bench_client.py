@@ -2,9 +2,9 @@
 ``taskset -c 1``, or none), started at its first run and stopped at the end of the session
 (``bench_worker.py``): the real tier's measuring loops run a hundred-odd benches one after another, and each
 would otherwise start an interpreter and import the client again (0.35 s of the client's core). The oracle
-table's cells tried it and went back to a process each: under run 2's load, with it (and the table first in its
-own lane, ``lanes.py``), its plain-decoding cells at 4 streams read 0.5-0.8% off in two clean-clone runs, within
-0.25% in five runs before (``test_explain_vs_served``); on a quiet machine the two clients read alike.
+table's cells tried it and went back to a process each: with it, plain decoding at 4 streams read 0.5-0.8% off in
+two clean-clone runs, but a third without it read the same, so it was not shown to be the cause; on a quiet
+machine the two clients read alike (``test_explain_vs_served``). It has not been tried there again.
 A run's exit code and output are what the command line gives; a run that takes longer than its
 timeout kills the client (the next run starts a fresh one) and raises ``TimeoutExpired`` as ``subprocess.run``
 would."""

@@ -141,7 +141,7 @@ def sends_seen(requests: Sequence[Mapping[str, Any]], streams: int, warmup: int)
     delays = [0.0] if reqs else []
     for j in range(1, len(reqs)):
         k = j - warmup - streams
-        if j <= warmup:  # a warm-up, or the first wave after the last of them
+        if j <= warmup:  # a warm-up, or the first wave's first send: after the end of the request before it
             freed = reqs[j - 1]["last_token_ns"] or None
         elif k < 0:
             freed = (reqs[warmup - 1]["last_token_ns"] or None) if warmup else reqs[0]["arrival_ns"]
