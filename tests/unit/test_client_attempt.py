@@ -125,7 +125,7 @@ def test_a_token_claim_beyond_the_bytes_received_is_a_stream_error():
 def test_a_stream_is_bounded_by_the_tokens_asked_for_not_only_by_its_bytes():
     """A request for 32 tokens that streams 200,000 (or endless chunks) is a stream_error at the cap, not an
     ok record with millions of tok/s; the cap leaves one draft's overshoot (TOKEN_MARGIN)."""
-    from specwatch.probe.stream import TOKEN_MARGIN
+    from specwatch.probe.limits import TOKEN_MARGIN
 
     a = Attempt(Target("spec", "http://x", "sglang", "m"), P, False, intended_ns=0, max_tokens=32)
     assert not a.handle(sg(32 + TOKEN_MARGIN), 1)  # the most a server may overshoot by
@@ -144,19 +144,19 @@ def test_a_stream_is_bounded_by_the_tokens_asked_for_not_only_by_its_bytes():
 def test_events_that_repeat_the_same_count_end_at_twice_the_tokens_asked():
     """The chunk cap never fires on events that claim no new token; the events cap does, past an event that carries
     none beside every token-bearing one (role, usage, stats, SGLang's sglext_ids), plus a few."""
-    from specwatch.probe.stream import max_events
+    from specwatch.probe.limits import max_events
 
     a = Attempt(Target("spec", "http://x", "sglang", "m"), P, False, 0, max_tokens=8)
-    cap = max_events(a.token_cap)
+    cap = max_events(a.limits.token_cap)
     assert cap == 2 * (8 + 64) + 16
     for i in range(cap):
         assert not a.handle(sg(1), i)
     with pytest.raises(StreamError, match=f"more than {cap} events for 8 tokens asked"):
         a.handle(sg(1), cap)
     b = Attempt(Target("spec", "http://x", "sglang", "m"), P, False, 0, max_tokens=8)
-    for n in range(1, a.token_cap + 1):  # the longest stream allowed, an event without a token beside each
+    for n in range(1, a.limits.token_cap + 1):  # the longest stream allowed, an event without a token beside each
         assert not b.handle(sg(n), n) and not b.handle(sg(n), n)
-    assert b.tokens == b.token_cap
+    assert b.tokens == b.limits.token_cap
 
 
 def test_an_event_far_larger_than_its_stream_so_far_is_refused():

@@ -85,7 +85,7 @@ def test_stream_decoder_yields_only_possible_records(api, events):
         return
     rec = a.finish(outcome, 100)
     assert all(n >= 0 for n in rec.chunk_tokens) and rec.output_tokens >= 0
-    assert rec.output_tokens <= a.data_bytes
+    assert rec.output_tokens <= a.limits.data_bytes
     al = rec.accept_length
     assert al is None or (math.isfinite(al) and al >= 0)
     if rec.spec is not None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 
 from specwatch.probe.h1 import MAX_PASS_BYTES, Arrivals, Connection, Exchange
+from specwatch.probe.limits import max_bytes_without_token, max_event_bytes
 from specwatch.probe.prompts import Prompt
-from specwatch.probe.stream import Attempt, Target, max_bytes_without_token, max_event_bytes
+from specwatch.probe.stream import Attempt, Target
 from specwatch.records import Outcome
 
 

@@ -15,7 +15,7 @@ compression (we never ask for any). Detection, scrapes and info queries keep usi
 Every failure resolves the exchange with a ``Failure`` (the client turns it into a record's outcome):
 connect errors, a status other than 200 (with the first 200 bytes of its body), a malformed head or chunk,
 a connection lost mid-stream, silence or a drip past ``read_s``, a flood of bytes without a token (past
-``stream.max_bytes_without_token``), the whole-request deadline.
+``limits.max_bytes_without_token``), the whole-request deadline.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from ..options import default
 from ..records import Outcome
 from ..redaction import redact, scrub
 from .h1parse import ResponseParser
+from .limits import max_bytes_without_token
 from .sse import SSEParser
-from .stream import Attempt, max_bytes_without_token
+from .stream import Attempt
 
 log = logging.getLogger("specwatch")
 MAX_SNIPPET = 200

@@ -25,6 +25,7 @@ import orjson
 
 from ..errors import StreamError
 from ..records import MAX_ACCEPT_LENGTH, Api, Outcome, RequestRecord, SpecStats, TargetName
+from .limits import Limits, as_int
 from .prompts import Prompt
 from .tokens import by_length, chunk_bound
 
@@ -37,32 +38,6 @@ class Target:
     base_url: str
     api: Api
     model: str = "default"
-
-
-TOKEN_MARGIN = int(MAX_ACCEPT_LENGTH)  # a last verify round may overshoot max_tokens by at most one draft
-MAX_EVENT_BYTES = 1024 * 1024  # one event's data: this, plus as much per token so far (SGLang's text is
-MAX_EVENT_BYTES_PER_TOKEN = 1024  # cumulative, so events grow with the stream, never beyond this)
-
-
-def max_event_bytes(tokens: int) -> int:
-    """The largest event a stream may send after ``tokens`` tokens."""
-    return MAX_EVENT_BYTES + tokens * MAX_EVENT_BYTES_PER_TOKEN
-
-
-def max_events(token_cap: int) -> int:
-    """The most data events a stream may send for ``token_cap`` tokens: one per token-bearing chunk, and as many
-    again for events that carry none (a role-only first delta, the usage and speculative-stats chunks, SGLang's
-    ``sglext_ids``), plus a few. Past it the server repeats itself: the chunk cap never fires on events that
-    claim no new token."""
-    return 2 * token_cap + 16
-
-
-def max_bytes_without_token(tokens: int) -> int:
-    """The most body bytes a stream may send between two tokens: room for two of its largest events (one that
-    carries no token, such as a role-only first chunk or the usage chunk, then one that does) and their
-    framing. A server past this floods without progress; the drip rule (no token for ``read_s``) would end it
-    only after a read timeout's worth of parsing at full speed."""
-    return 2 * max_event_bytes(tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +66,11 @@ def build_payload(target: Target, prompt: Prompt, params: GenParams) -> dict[str
 
 def _spec_from_meta(meta: dict[str, Any], completion_tokens: int) -> SpecStats | None:
     """The server's speculative fields, each validated: a value out of range is left out, never averaged in."""
-    vct = _int(meta.get("spec_verify_ct"))
+    vct = as_int(meta.get("spec_verify_ct"))
     if vct is None or not 0 < vct <= max(1, completion_tokens):
         return None  # every verify round yields at least one token
     hist = meta.get("spec_correct_drafts_histogram") or meta.get("spec_accept_histogram") or ()
-    counts = tuple(hist) if isinstance(hist, list) and all(_int(h) is not None and h >= 0 for h in hist) else ()
+    counts = tuple(hist) if isinstance(hist, list) and all(as_int(h) is not None and h >= 0 for h in hist) else ()
     al = _num(meta.get("spec_accept_length"))
     return SpecStats(
         verify_ct=vct,
@@ -110,8 +85,8 @@ def _spec_from_vllm(m: Any, completion_tokens: int) -> SpecStats | None:
     histogram (index j = steps that accepted exactly j drafts); None when absent or inconsistent."""
     if not isinstance(m, dict):
         return None
-    steps, accepted = _int(m.get("num_spec_steps")), _int(m.get("num_accepted_draft_tokens"))
-    k = _int(m.get("num_spec_tokens"))
+    steps, accepted = as_int(m.get("num_spec_steps")), as_int(m.get("num_accepted_draft_tokens"))
+    k = as_int(m.get("num_spec_tokens"))
     k = k if k is not None and 0 < k <= MAX_ACCEPT_LENGTH else MAX_ACCEPT_LENGTH
     # a step yields its accepted drafts and one more token; vLLM also counts the accepted drafts of a last step
     # that max_tokens cut short (at most k)
@@ -119,7 +94,7 @@ def _spec_from_vllm(m: Any, completion_tokens: int) -> SpecStats | None:
             or accepted + steps > completion_tokens + k:
         return None
     hist = m.get("acceptance_histogram")
-    counts = tuple(hist) if isinstance(hist, list) and all(_int(h) is not None and h >= 0 for h in hist) else ()
+    counts = tuple(hist) if isinstance(hist, list) and all(as_int(h) is not None and h >= 0 for h in hist) else ()
     al = _num(m.get("mean_acceptance_length"))
     return SpecStats(verify_ct=steps, accept_length=al if al is not None and 1.0 <= al <= MAX_ACCEPT_LENGTH else None,
                      histogram=counts if sum(counts) == steps else (), accepted_drafts=accepted)
@@ -144,14 +119,10 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
 def _cached(d: Any) -> int | None:
     """Prompt tokens served from the prefix cache: SGLang's ``meta_info.cached_tokens``, or an OpenAI usage's
     ``prompt_tokens_details.cached_tokens`` (vLLM and SGLang report it only when asked to)."""
-    n = _int(d.get("cached_tokens")) if isinstance(d, dict) else None
+    n = as_int(d.get("cached_tokens")) if isinstance(d, dict) else None
     return n if n is not None and n >= 0 else None
 
 
@@ -188,30 +159,20 @@ class Attempt:
     prompt_tokens: int = 0
     cached_tokens: int | None = None  # SGLang's meta_info.cached_tokens, or usage.prompt_tokens_details's
     spec: SpecStats | None = None
-    data_bytes: int = 0  # event payload bytes so far: no token count may exceed them
     keep_texts: bool = False  # ``--tokenizer``: keep chunk texts when counts are missing, for ``tokens.refine``
     chunk_texts: list[str] = field(default_factory=list)  # kept only then
     chunk_tokens_max: int | None = None  # set when counts were apportioned: each chunk holds 1..this
     max_tokens: int | None = None  # asked for: bounds the tokens claimed and the chunks kept (None: unbounded)
-    token_cap: int = field(init=False)  # the most tokens (so chunks) it may carry: max_tokens + TOKEN_MARGIN
-    event_cap: int = field(init=False)  # the most data events it may carry: max_events(token_cap)
-    events: int = 0  # data events so far, [DONE] aside
+    limits: Limits = field(init=False)  # its caps from max_tokens, and its counts against them
 
     def __post_init__(self) -> None:
-        self.token_cap = 2**62 if self.max_tokens is None else self.max_tokens + TOKEN_MARGIN
-        self.event_cap = max_events(self.token_cap)
+        self.limits = Limits(self.max_tokens)
 
     def handle(self, data: bytes, now: int) -> bool:
         """Consume one SSE data payload; True once the stream is complete ([DONE])."""
         if data == b"[DONE]":
             return True
-        self.events += 1
-        if self.events > self.event_cap:
-            raise StreamError(f"more than {self.event_cap} events for {self.max_tokens} tokens asked: an endless "
-                              "stream")
-        if len(data) > max_event_bytes(self.tokens):
-            raise StreamError(f"an event of {len(data)} bytes after {self.tokens} tokens (no server sends that)")
-        self.data_bytes += len(data)
+        self.limits.event(data, self.tokens)
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -228,24 +189,9 @@ class Attempt:
             self._openai(obj, now)
         return False
 
-    def _claim(self, ct: Any) -> int:
-        """A cumulative token count, checked: an integer that never exceeds the bytes received so far (each
-        token costs at least one byte of JSON), so an absurd claim cannot cost CPU or skew a histogram."""
-        n = _int(ct)
-        if n is None or n < 0:
-            raise StreamError(f"completion_tokens is not a non-negative integer: {str(ct)[:40]!r}")
-        if n > self.data_bytes:
-            raise StreamError(f"claims {n} completion tokens after only {self.data_bytes} bytes")
-        if n > self.token_cap:
-            raise StreamError(f"claims {n} completion tokens, more than the {self.max_tokens} asked "
-                              f"(+{TOKEN_MARGIN})")
-        return n
-
     def _chunk(self, now: int, tokens: int, chars: int | None) -> None:
         """Keep one token-bearing chunk; a stream with more chunks than the tokens it may carry is broken."""
-        if len(self.chunk_ns) >= self.token_cap:
-            raise StreamError(f"more than {self.token_cap} chunks for {self.max_tokens} tokens asked: an endless "
-                              "stream")
+        self.limits.chunk(len(self.chunk_ns))
         self.chunk_ns.append(now)
         self.chunk_tokens.append(tokens)
         if chars is not None:
@@ -255,12 +201,12 @@ class Attempt:
         meta = obj.get("meta_info")
         if not isinstance(meta, dict) or "completion_tokens" not in meta:
             raise StreamError("chunk without meta_info.completion_tokens")
-        ct = self._claim(meta["completion_tokens"])
+        ct = self.limits.claim(meta["completion_tokens"])
         if ct > self.tokens:
             self._chunk(now, ct - self.tokens, None)
             self.tokens = ct
         self.counted = True
-        self.prompt_tokens = _int(meta.get("prompt_tokens")) or self.prompt_tokens
+        self.prompt_tokens = as_int(meta.get("prompt_tokens")) or self.prompt_tokens
         if (cached := _cached(meta)) is not None:
             self.cached_tokens = cached
         fin = meta.get("finish_reason")
@@ -276,11 +222,11 @@ class Attempt:
         usage = obj.get("usage")
         ct = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if isinstance(usage, dict):
-            self.prompt_tokens = _int(usage.get("prompt_tokens")) or self.prompt_tokens
+            self.prompt_tokens = as_int(usage.get("prompt_tokens")) or self.prompt_tokens
             if (cached := _cached(usage.get("prompt_tokens_details"))) is not None:
                 self.cached_tokens = cached
         if ct is not None:
-            ct = self._claim(ct)
+            ct = self.limits.claim(ct)
         if isinstance(ct, int) and choices:
             self.counted = True
             if ct > self.tokens:
