@@ -253,22 +253,24 @@ def test_the_live_advisor_predicts_step_counts_it_never_ran_and_its_flags_run_th
         stop_together(up.values())
 
 
-def test_tune_picks_the_best_of_a_sweep_over_the_same_range_in_three_launches(plain_server, eagle3_ladder,
-                                                                              greedy_truth, heldout_prompts,
-                                                                              tmp_path):
+def test_tune_picks_the_best_of_a_sweep_over_the_same_range_climbing_in_three_launches(
+        plain_server, eagle3_ladder, greedy_truth, heldout_prompts, tmp_path):
     """``tune --targets`` over plain decoding and the ladder's step counts (1, 2, 3, 5), greedy, from 1 step,
     against the same five measured interleaved (the module's ``greedy_truth``, the live advisor's greedy truth
     too: ``interleaved``, a sweep whose rounds rotate over the servers, so that the machine's drift falls on all
     of them alike; a sequential sweep here once measured plain decoding at 306 tok/s a minute after tune measured
     it at 438): tune's pick is that sweep's best, or within the truth's resolution
     of it (``check``'s: 10% of the best, or twice the two means' standard error), in at most three speculative
-    launches; its flags name its step count in vLLM's --speculative-config."""
+    launches to climb and two more when a tie is settled (the SGLang tier's and forced acceptance's rule: with
+    three in all, a CI run's tune measured 2 steps 4.0% below 5 (-9.7% to +1.7%), had no launch left to measure
+    both again, gave the tie to the fewer steps and kept 2, which the truth measured 45% below 5); its flags
+    name its step count in vLLM's --speculative-config."""
     space = (0, 1, 2, 3, 5)
     urls = {0: plain_server.url, **{k: eagle3_ladder[k].url for k in space[1:]}}
     t0 = time.monotonic()
     p = subprocess.run(pinned(specwatch_cmd(
         "tune", "--targets", ",".join(urls[s] for s in space), "--param", "steps=" + ",".join(map(str, space)),
-        "--start", "steps=1", "--max-launches", "3", "--speculative-config", head_config(3)[1], "--out",
+        "--start", "steps=1", "--max-launches", "5", "--speculative-config", head_config(3)[1], "--out",
         str(tmp_path / "tune"), "--max-tokens", str(MAX_TOKENS), "--num-runs", str(2 * RUNS), "--warmup", "1",
         "--temperature", "0", "--prompts", str(heldout_prompts))), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
@@ -284,7 +286,8 @@ def test_tune_picks_the_best_of_a_sweep_over_the_same_range_in_three_launches(pl
                                for la in doc["launches"]),
         "  truth: " + "; ".join(f"{k} steps {v:.1f} ±{se[k]:.1f}" for k, v in sorted(truth.items())),
         f"  tune's pick {chosen} in {doc['speculative_launches']} launches; the truth's best {best}"])
-    assert doc["speculative_launches"] <= 3, doc["launches"]
+    climbing = [la for la in doc["launches"] if la["steps"] and "to settle it" not in la["why"]]
+    assert len(climbing) <= 3 and doc["speculative_launches"] <= 5, doc["launches"]
     resolution = max(TOLERANCE * truth[best], 2 * (se[chosen] ** 2 + se[best] ** 2) ** 0.5)
     assert truth[chosen] >= truth[best] - resolution, (chosen, best, truth, se, doc["launches"])
     if chosen:
