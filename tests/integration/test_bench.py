@@ -15,6 +15,8 @@ from specwatch.sim import model
 pytestmark = pytest.mark.integration
 SPEC5 = ("--profile", "seed", "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "5",
          "--speculative-eagle-topk", "1")
+TIMER_EARLY_S = 0.002  # the most the event loop's timer wakes early: 1.5 ms (test_accuracy_...'s TTFT check) and
+# the loop iteration's own time
 
 
 def bench(url: str, tmp: Path, *flags: str, check: bool = True) -> tuple[dict, str]:
@@ -98,11 +100,13 @@ def test_accuracy_against_the_simulators_truth(procs, tmp_path, api, concurrency
         assert all(c > w for c, w in zip(ttft_client, ttft_wire, strict=True)), (ttft_client, ttft_wire)
         rel_err = sorted((c - w) / w for c, w in zip(ttft_client, ttft_wire, strict=True))
         assert rel_err[len(rel_err) // 2] < 0.03, (ttft_client, ttft_wire)
-        # the simulator's own TTFT follows its model: never early (it sleeps to an absolute deadline; a timer
-        # may fire up to a millisecond early), and late only by its scheduling delay, judged at the median so
-        # one stall of a shared 2-core machine cannot fail it (a 3.8 ms one did)
+        # the simulator's own TTFT follows its model: never early beyond the event loop's timer (it sleeps to an
+        # absolute deadline; uvloop rounds a delay to the nearest millisecond, up to 0.5 ms early, and libuv's
+        # clock, read at the loop iteration's start, truncates to the millisecond, up to 1 ms more: a CI
+        # emulation read 1.004 ms early once, past the 1 ms this bound was), and late only by its scheduling
+        # delay, judged at the median so one stall of a shared 2-core machine cannot fail it (a 3.8 ms one did)
         excess = sorted(a - b for a, b in zip(ttft_true, ttft_model, strict=True))
-        assert excess[0] > -0.001 and excess[len(excess) // 2] < 0.003, excess
+        assert excess[0] > -TIMER_EARLY_S and excess[len(excess) // 2] < 0.003, excess
     assert "Run 1/" in out and "Accept length:" in out and "By domain" in out
 
 
