@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import orjson
@@ -162,11 +162,11 @@ class Attempt:
     keep_texts: bool = False  # ``--tokenizer``: keep chunk texts when counts are missing, for ``tokens.refine``
     chunk_texts: list[str] = field(default_factory=list)  # kept only then
     chunk_tokens_max: int | None = None  # set when counts were apportioned: each chunk holds 1..this
-    max_tokens: int | None = None  # asked for: bounds the tokens claimed and the chunks kept (None: unbounded)
-    limits: Limits = field(init=False)  # its caps from max_tokens, and its counts against them
+    max_tokens: InitVar[int | None] = None  # asked for: bounds the tokens claimed and the chunks kept (None: unbounded)
+    limits: Limits = field(init=False)  # its caps from max_tokens (kept there), and its counts against them
 
-    def __post_init__(self) -> None:
-        self.limits = Limits(self.max_tokens)
+    def __post_init__(self, max_tokens: int | None) -> None:
+        self.limits = Limits(max_tokens)
 
     def handle(self, data: bytes, now: int) -> bool:
         """Consume one SSE data payload; True once the stream is complete ([DONE])."""
