@@ -201,6 +201,17 @@ def check(case: str, adv: dict, measured: tuple[dict[int, float], dict[int, floa
                                                                 se)
 
 
+def tie_holds_truth(gain: dict, measured: tuple[dict[int, float], dict[int, float]]) -> None:
+    """A tie of plain decoding with the running 3 steps: the truth's plain over k=3 within the advisor's 95%
+    interval of that gain, give or take twice the ratio's standard error over the truth's rounds."""
+    truth, se = measured
+    ratio = truth[0] / truth[3]
+    err = 2 * ratio * ((se[0] / truth[0]) ** 2 + (se[3] / truth[3]) ** 2) ** 0.5
+    COMPARISONS.append(f"  plain ties k=3 on the daemon's evidence: {gain['value']:.3f}x (95% {gain['lower']:.3f}…"
+                       f"{gain['upper']:.3f}); the truth {ratio:.3f}x ± {err:.3f}")
+    assert gain["lower"] - err <= ratio <= gain["upper"] + err, (gain, truth, se)
+
+
 def test_the_live_advisor_predicts_step_counts_it_never_ran_and_its_flags_run_them(
         plain_server, eagle3_ladder, prior, greedy_truth, heldout_prompts, procs, tmp_path):
     """Greedy, then at temperature 0.8, on a k=3 server: the predictions for 2 and 5 steps against servers at 2
@@ -241,8 +252,13 @@ def test_the_live_advisor_predicts_step_counts_it_never_ran_and_its_flags_run_th
                 # (that the servers agree, to the truth's resolution, is check()'s: plain measured 1.2-1.4x
                 # k=2 in every run, but one CI round's slow minute put k=2's standard error at 13%)
                 assert one["best_steps"] == 0, one
-                assert any("plain decoding wins: launch without --speculative-config" in e["headline"]
-                           for e in adv["engine"]), adv["engine"]
+                if one["ties_running"]:  # plain decoding only tied k=3 on the daemon's evidence: no restart, no
+                    # flags (as one CI run's advice said), and the truth's ratio where the advisor's tie put it
+                    assert adv["engine"] == [], adv["engine"]
+                    tie_holds_truth(one["gain_vs_running"], measured)
+                else:
+                    assert any("plain decoding wins: launch without --speculative-config" in e["headline"]
+                               for e in adv["engine"]), adv["engine"]
             if advised:  # the advice's flags run its step count: vLLM's counters, draft tokens per draft
                 after = metrics(advised["advised"].url)
                 drafts = after["vllm:spec_decode_num_drafts_total"] - b0.get("vllm:spec_decode_num_drafts_total", 0)
