@@ -40,6 +40,7 @@ from vllm_truth import metrics
 
 import bench_client
 from conftest import free_port, http_json, specwatch_cmd, wait_until
+from specwatch.analysis.winner import TIE_WITHIN
 
 pytestmark = pytest.mark.integration
 PRIOR_STEPS = (1, 3)  # the prior sweep's step counts (with plain decoding)
@@ -179,7 +180,11 @@ def check(case: str, adv: dict, measured: tuple[dict[int, float], dict[int, floa
             for s in sorted(truth)]
     ranked = [s for s in truth if s != advised]
     best_truth = max(ranked, key=truth.__getitem__)
-    best_live = max(ranked, key=lambda s: pred[s]["value"])
+    # the advisor's point predictions ranked by winner's own rule: those within its tie (TIE_WITHIN, 1%) of the
+    # top are as good as it, and the fewest steps of them is the pick (one CI run ranked 5 steps first by 0.9%
+    # over plain decoding, which the truth measured best)
+    top = max(pred[s]["value"] for s in ranked)
+    best_live = min(s for s in ranked if pred[s]["value"] >= top * (1 - TIE_WITHIN))
     COMPARISONS.extend([f"live advisor on real EAGLE-3, {case} (daemon at k=3, prior at 0, 1, 3; truth interleaved):",
                         f"  {'steps':>5} {'predicted':>9} {'95% interval':^15}{'measured ±se':>15}{'error':>8}"
                         f"{'vs k=3':>10}", *rows,
